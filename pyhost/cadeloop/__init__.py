@@ -1,0 +1,9 @@
+"""cadeloop: a thread-per-core C++ server runtime for ASGI apps, and an asyncio loop in C++."""
+
+from __future__ import annotations
+
+from . import _core
+
+__version__: str = _core.__version__
+
+__all__ = ["__version__"]
