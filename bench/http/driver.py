@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Side-by-side HTTP benchmark: cadeloop against its peers, in one invocation.
+
+Each server runs confined to one CPU (`taskset -c SERVER_CPU`), wrk runs on
+another (`taskset -c LOAD_CPU`, one thread), one server at a time, the same
+app (`bench/http/app.py`) for all. Server CPU time is read from the kernel:
+utime+stime of every process in the server's tree from /proc/PID/stat, before
+and after each measured run, so CPU per request covers every thread and worker.
+
+    python bench/http/driver.py --setup            # make the peers' venvs (build/bench-peers/)
+    python bench/http/driver.py                    # run every workload on every server
+    python bench/http/driver.py --servers uvicorn,granian --workloads plaintext --duration 5
+
+Writes a Markdown table and the raw figures to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+PEERS = ROOT / "build" / "bench-peers"
+RESULTS = ROOT / "bench" / "results"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Each peer gets its own venv so their dependencies never mix with ours.
+PEER_PACKAGES = {
+    "uvicorn": ["uvicorn==0.54.0", "httptools==0.9.0", "uvloop==0.23.0"],
+    "granian": ["granian==2.8.9"],
+    # The Rust project of the same name, from PyPI (CPython 3.11 only).
+    "cadeloop-rs": ["cadeloop==0.0.4"],
+}
+
+
+@dataclass
+class Server:
+    name: str
+    argv: list[str]
+    python: str
+
+    @property
+    def available(self) -> bool:
+        return Path(self.python).exists()
+
+
+def servers(port: int) -> dict[str, Server]:
+    host = "127.0.0.1"
+    peer = lambda name: PEERS / name / "bin"  # noqa: E731
+    return {
+        "cadeloop": Server(
+            "cadeloop",
+            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1"],
+            str(ROOT / ".venv/bin/python"),
+        ),
+        "uvicorn": Server(
+            "uvicorn (httptools+uvloop)",
+            [str(peer("uvicorn") / "python"), "-m", "uvicorn", "app:app", "--host", host, "--port", str(port),
+             "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"],
+            str(peer("uvicorn") / "python"),
+        ),
+        "granian": Server(
+            "granian (1 worker)",
+            [str(peer("granian") / "granian"), "--interface", "asgi", "--host", host, "--port", str(port),
+             "--workers", "1", "--no-ws", "--log-level", "warning", "app:app"],
+            str(peer("granian") / "python"),
+        ),
+        "cadeloop-rs": Server(
+            "cadeloop-rs (PyPI)",
+            [str(peer("cadeloop-rs") / "python"), "-m", "cadeloop", "app:app", "--host", host, "--port", str(port),
+             "--workers", "1"],
+            str(peer("cadeloop-rs") / "python"),
+        ),
+    }
+
+
+@dataclass
+class Workload:
+    name: str
+    path: str
+    connections: int
+    script: str | None = None
+
+
+WORKLOADS = {
+    "plaintext": Workload("plaintext, 64 connections", "/", 64),
+    "single": Workload("plaintext, 1 connection", "/", 1),
+    "pipelined": Workload("pipelined x16, 64 connections", "/", 64, str(HERE / "pipeline.lua")),
+    "json": Workload("JSON, 64 connections", "/json", 64),
+}
+
+
+@dataclass
+class Result:
+    server: str
+    workload: str
+    rps: float = 0.0
+    requests: int = 0
+    p50_us: float = 0.0
+    p99_us: float = 0.0
+    cpu_s: float = 0.0
+    errors: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def cpu_us_per_request(self) -> float:
+        return 1e6 * self.cpu_s / self.requests if self.requests else float("nan")
+
+
+def setup_peers() -> None:
+    for name, packages in PEER_PACKAGES.items():
+        venv = PEERS / name
+        py = "python3.11" if shutil.which("python3.11") else sys.executable
+        if not (venv / "bin/python").exists():
+            subprocess.run([py, "-m", "venv", str(venv)], check=True)
+        r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            *packages])
+        print(f"setup: {name}: {'ok' if r.returncode == 0 else 'FAILED'} ({' '.join(packages)})")
+
+
+def tree_pids(root: int) -> list[int]:
+    """root and every live descendant."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def cpu_seconds(root: int) -> float:
+    """utime+stime (and reaped children's) of the whole process tree, from /proc/PID/stat."""
+    total = 0
+    for pid in tree_pids(root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # after the comm field: state=0 ... utime=11 stime=12 cutime=13 cstime=14
+        total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    return total / CLK_TCK
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                if s.recv(64).startswith(b"HTTP/1.1 200"):
+                    return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def parse_duration_us(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
+    if not m:
+        return float("nan")
+    return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
+
+
+def run_wrk(port: int, w: Workload, duration: int, load_cpu: int) -> tuple[dict, str]:
+    argv = ["taskset", "-c", str(load_cpu), "wrk", "-t1", f"-c{w.connections}", f"-d{duration}s", "--latency"]
+    if w.script:
+        argv += ["-s", w.script]
+    argv.append(f"http://127.0.0.1:{port}{w.path}")
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60).stdout
+    figures: dict = {}
+    if m := re.search(r"(\d+) requests in", out):
+        figures["requests"] = int(m.group(1))
+    if m := re.search(r"Requests/sec:\s+([\d.]+)", out):
+        figures["rps"] = float(m.group(1))
+    for pct in ("50", "99"):
+        if m := re.search(rf"^\s+{pct}%\s+(\S+)", out, re.M):
+            figures[f"p{pct}"] = parse_duration_us(m.group(1))
+    errors = ""
+    if m := re.search(r"Socket errors: (.*)", out):
+        errors = m.group(1)
+    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        errors += f" non-2xx: {m.group(1)}"
+    return figures, (errors.strip() + ("" if figures.get("requests") else " wrk: " + out[-300:])).strip()
+
+
+def measure(server: Server, workloads: list[Workload], args: argparse.Namespace) -> list[Result]:
+    results = []
+    env = dict(os.environ, PYTHONPATH=str(HERE))
+    proc = subprocess.Popen(["taskset", "-c", str(args.server_cpu), *server.argv], cwd=HERE, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        if not wait_port(args.port, proc):
+            err = proc.stderr.read().decode(errors="replace")[-400:] if proc.poll() is not None else "no answer"
+            return [Result(server.name, w.name, errors=f"did not start: {err.strip()}") for w in workloads]
+        for w in workloads:
+            run_wrk(args.port, w, args.warmup, args.load_cpu)  # warm-up, not counted
+            before = cpu_seconds(proc.pid)
+            figures, errors = run_wrk(args.port, w, args.duration, args.load_cpu)
+            after = cpu_seconds(proc.pid)
+            results.append(Result(server.name, w.name, rps=figures.get("rps", 0.0),
+                                  requests=figures.get("requests", 0), p50_us=figures.get("p50", float("nan")),
+                                  p99_us=figures.get("p99", float("nan")), cpu_s=after - before, errors=errors))
+            print(f"  {server.name:28} {w.name:32} {results[-1].rps:10.0f} req/s "
+                  f"{results[-1].cpu_us_per_request:7.1f} us CPU/req  p50 {results[-1].p50_us:8.0f} us  {errors}")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return results
+
+
+def machine() -> str:
+    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                if l.startswith("model name")), platform.processor())
+    return f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}"
+
+
+def write_report(results: list[Result], args: argparse.Namespace, command: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    day = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+    stem = RESULTS / f"{day}-http-{args.tag}"
+    lines = [
+        f"# HTTP servers side by side, {day}", "",
+        f"- command: `{command}`",
+        f"- machine: {machine()}",
+        f"- server on CPU {args.server_cpu}, wrk (1 thread) on CPU {args.load_cpu}; "
+        f"{args.duration} s measured after {args.warmup} s warm-up per workload",
+        "- CPU/request: utime+stime of the server's whole process tree from /proc/PID/stat over the measured run,"
+        " divided by the requests wrk completed", "",
+        "| workload | server | req/s | ratio to uvicorn | CPU µs/request | p50 µs | p99 µs | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for w in dict.fromkeys(r.workload for r in results):
+        rows = [r for r in results if r.workload == w]
+        base = next((r.rps for r in rows if r.server.startswith("uvicorn") and r.rps), 0.0)
+        for r in rows:
+            ratio = f"{r.rps / base:.2f}" if base and r.rps else ""
+            lines.append(f"| {w} | {r.server} | {r.rps:.0f} | {ratio} | {r.cpu_us_per_request:.1f} | "
+                         f"{r.p50_us:.0f} | {r.p99_us:.0f} | {r.errors} |")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"command": command, "machine": machine(), "date": day,
+         "results": [dict(vars(r), cpu_us_per_request=r.cpu_us_per_request) for r in results]}, indent=1))
+    return stem.with_suffix(".md")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--setup", action="store_true", help="create the peers' venvs and exit")
+    p.add_argument("--servers", default="cadeloop,uvicorn,granian,cadeloop-rs")
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--duration", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--port", type=int, default=18080)
+    p.add_argument("--server-cpu", type=int, default=0)
+    p.add_argument("--load-cpu", type=int, default=1)
+    p.add_argument("--tag", default="servers", help="name part of the results file")
+    args = p.parse_args()
+    if args.setup:
+        setup_peers()
+        return 0
+    if not shutil.which("wrk"):
+        print("driver: wrk is not installed (apt-get install wrk)", file=sys.stderr)
+        return 2
+    table = servers(args.port)
+    unknown = [s for s in args.servers.split(",") if s not in table]
+    if unknown:
+        print(f"driver: unknown server(s) {unknown}; known: {list(table)}", file=sys.stderr)
+        return 2
+    workloads = [WORKLOADS[w] for w in args.workloads.split(",")]
+    results: list[Result] = []
+    for key in args.servers.split(","):
+        server = table[key]
+        if not server.available:
+            print(f"driver: {key} is not set up ({server.python} missing); run --setup", file=sys.stderr)
+            continue
+        print(f"{server.name}:")
+        results += measure(server, workloads, args)
+    command = "python bench/http/driver.py " + " ".join(sys.argv[1:])
+    print(f"written: {write_report(results, args, command.strip())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
