@@ -8,4 +8,7 @@ namespace cadeloop::pyhost {
 /// interpreter that imports cadeloop._core, on that interpreter's thread.
 void register_info(pybind11::module_& m);
 
+/// The event loop core: cadeloop._core.LoopCore, Handle, TimerHandle.
+void register_loop(pybind11::module_& m);
+
 }  // namespace cadeloop::pyhost
