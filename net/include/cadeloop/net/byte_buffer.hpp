@@ -1,0 +1,77 @@
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+namespace cadeloop::net {
+
+/// An owned run of bytes: a request body chunk on its way to the app thread,
+/// or response bytes on their way to the I/O thread. Move-only; one
+/// allocation, no zero-fill. Inside a core pair's rings it travels as a raw
+/// pointer and a size (`release()` / `adopt()`); at every API it is this
+/// owning type. Not synchronised: one thread at a time; whichever thread owns
+/// it last destroys it.
+class byte_buffer {
+ public:
+  /// An empty buffer (no allocation). Any thread.
+  byte_buffer() noexcept = default;
+  /// `size` uninitialised bytes. Throws std::bad_alloc. Any thread.
+  explicit byte_buffer(std::size_t size)
+      : data_{size == 0 ? nullptr : std::make_unique_for_overwrite<char[]>(size)}, size_{size} {}
+  /// A copy of `bytes`. Throws std::bad_alloc. Any thread.
+  [[nodiscard]] static byte_buffer copy_of(std::string_view bytes) {
+    byte_buffer b{bytes.size()};
+    if (!bytes.empty()) {
+      std::memcpy(b.data(), bytes.data(), bytes.size());
+    }
+    return b;
+  }
+  /// Takes ownership of `data` (allocated with new char[], or nullptr when
+  /// `size` is 0), the other half of `release()`. Any thread.
+  [[nodiscard]] static byte_buffer adopt(char* data, std::size_t size) noexcept {
+    byte_buffer b;
+    b.data_.reset(data);
+    b.size_ = data == nullptr ? 0 : size;
+    return b;
+  }
+
+  byte_buffer(byte_buffer&& other) noexcept
+      : data_{std::move(other.data_)}, size_{std::exchange(other.size_, 0)} {}
+  byte_buffer& operator=(byte_buffer&& other) noexcept {
+    data_ = std::move(other.data_);
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
+  byte_buffer(const byte_buffer&) = delete;
+  byte_buffer& operator=(const byte_buffer&) = delete;
+  /// Frees the bytes. The owning thread.
+  ~byte_buffer() = default;
+
+  /// Gives up ownership: returns the bytes (nullptr when empty) and leaves
+  /// this buffer empty. Call only after the last line that can throw before
+  /// the pointer is stored elsewhere. The owning thread.
+  [[nodiscard]] char* release() noexcept {
+    size_ = 0;
+    return data_.release();
+  }
+
+  /// The bytes (nullptr when empty). The owning thread.
+  [[nodiscard]] char* data() noexcept { return data_.get(); }
+  /// The bytes (nullptr when empty). The owning thread.
+  [[nodiscard]] const char* data() const noexcept { return data_.get(); }
+  /// Number of bytes. The owning thread.
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// True when there are no bytes. The owning thread.
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  /// The bytes as a view, valid while this buffer owns them. The owning thread.
+  [[nodiscard]] std::string_view view() const noexcept { return {data_.get(), size_}; }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace cadeloop::net

@@ -1,0 +1,194 @@
+#pragma once
+
+#include <cadeloop/net/byte_buffer.hpp>
+#include <cadeloop/net/connection_id.hpp>
+#include <cadeloop/net/listener.hpp>
+
+#include <cadeloop/http/request.hpp>
+
+#include <boost/asio/io_context.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace cadeloop::net {
+
+/// Limits, budgets and timeouts of one I/O thread's HTTP server. Plain data;
+/// built on any thread, read by the I/O thread. Values come from config/.
+struct server_options {
+  /// Request limits enforced by the parser (answered with 413/414/431).
+  http::request_limits limits{};
+  /// Requests in flight per connection (pipelining): the parser stops after
+  /// this many requests without a finished response. At least 1.
+  std::uint32_t max_pipelined = 16;
+  /// Bytes read per system call (and the read buffer's size).
+  std::size_t read_buffer_size = 16 * 1024;
+  /// Body bytes handed to the app and not yet reported consumed above which
+  /// the connection stops reading (request-body backpressure).
+  std::uint64_t body_window = 256 * 1024;
+  /// A "drained" notice asked for by the app is sent once the connection's
+  /// unsent output is at or below this many bytes.
+  std::uint64_t drain_low_mark = 64 * 1024;
+  /// Open connections above which the pair stops accepting.
+  std::size_t max_connections = 10000;
+  /// Requests in flight (all connections) above which the pair stops accepting.
+  std::size_t max_requests_in_flight = 4096;
+  /// From the first byte of a head to its end, when no request of the
+  /// connection is in flight: a slower client gets 408 and is closed.
+  std::chrono::milliseconds request_line_timeout{10000};
+  /// A connection with nothing in flight and nothing received for this long
+  /// is closed without a word (also a new connection that sends nothing).
+  std::chrono::milliseconds keepalive_idle{5000};
+  /// After the last response of a connection the server closes, it shuts its
+  /// sending side and reads (discarding) for at most this long, so a client
+  /// that is still sending does not get a reset before it read the answer.
+  std::chrono::milliseconds linger_timeout{2000};
+  /// Most bytes discarded while lingering before the socket is closed.
+  std::uint64_t linger_max_bytes = 1024 * 1024;
+  /// `Server` header of the error responses the I/O thread writes ("" for none).
+  std::string server_header = "cadeloop";
+};
+
+/// Per-pair I/O-side counters. Written only by the I/O thread (relaxed
+/// stores); any thread may read them (relaxed loads). On their own cache
+/// lines, away from counters other threads write.
+struct alignas(64) server_counters {
+  /// A relaxed counter with a single writer.
+  struct counter {
+    std::atomic<std::uint64_t> value{0};
+    /// Adds `n`. The writer thread only (load + store, no locked instruction).
+    void add(std::uint64_t n = 1) noexcept {
+      value.store(value.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    }
+    /// Subtracts `n`. The writer thread only.
+    void sub(std::uint64_t n = 1) noexcept {
+      value.store(value.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
+    }
+    /// Current value. Any thread.
+    [[nodiscard]] std::uint64_t get() const noexcept { return value.load(std::memory_order_relaxed); }
+  };
+
+  counter connections_accepted;  ///< connections accepted since start
+  counter connections_open;      ///< connections in the table now (including lingering ones)
+  counter requests;              ///< request heads handed to the app
+  counter responses;             ///< responses the app finished
+  counter requests_in_flight;    ///< heads handed over whose response has not finished
+  counter bytes_in;              ///< bytes read from clients
+  counter bytes_out;             ///< bytes written to clients
+  counter unsent_bytes;          ///< response bytes held, not yet written (all connections)
+  counter protocol_errors;       ///< requests refused by the parser (4xx/5xx written by the I/O thread)
+  counter timeouts;              ///< 408 answers and idle closes
+  counter stale_messages;        ///< app messages for a connection or request that is gone
+  counter accept_pauses;         ///< times accepting stopped because a budget was spent
+  counter write_calls;           ///< write system calls
+};
+
+/// Everything the app side must learn about one request head.
+struct request_info {
+  socket_address client;        ///< peer address (none for a Unix socket peer)
+  socket_address server;        ///< local address (unix_socket for a Unix listener)
+  bool has_body = false;        ///< body events follow; the last has more_body == false
+  bool server_closing = false;  ///< the server is draining: answer with `Connection: close`
+  bool tls = false;             ///< scheme https (always false until TLS lands)
+};
+
+/// Where the HTTP server delivers what the app must see. Implemented by the
+/// core pair's I/O thread, which stages each call as a message on the
+/// inbound ring. Every call is made on the I/O thread, in stream order per
+/// connection. For a connection that produced at least one `on_request`,
+/// exactly one `on_disconnect` is the last call naming it.
+class event_sink {
+ public:
+  virtual ~event_sink() = default;
+  /// A request head. `request` numbers the requests of one connection from 0.
+  /// The sink takes `head` (it may leave it untouched if it throws). I/O thread.
+  virtual void on_request(connection_id conn, std::uint32_t request, std::unique_ptr<http::request_head>&& head,
+                          const request_info& info) = 0;
+  /// A piece of the body of `request`; the last one has `more_body == false`
+  /// (and may be empty). The sink takes `bytes`. I/O thread.
+  virtual void on_body(connection_id conn, std::uint32_t request, byte_buffer&& bytes, bool more_body) = 0;
+  /// The connection is gone for the app: no more events, and messages naming
+  /// it will be dropped. I/O thread.
+  virtual void on_disconnect(connection_id conn) = 0;
+  /// The connection's unsent output fell to `unsent` bytes (<= the low mark)
+  /// after the app asked for a notice. I/O thread.
+  virtual void on_drained(connection_id conn, std::uint64_t unsent) = 0;
+};
+
+/// Options of one `http_server::send`. Plain data.
+struct send_flags {
+  bool end_of_response = false;  ///< the response of `request` is complete after these bytes
+  bool keep_alive = true;        ///< with end_of_response: the connection may carry another request
+  bool notify_drained = false;   ///< send `on_drained` once unsent output is at the low mark
+};
+
+/// The HTTP/1.1 side of one I/O thread: accepts on its listeners, owns every
+/// connection (socket, parser, buffers, deadlines), parses requests, answers
+/// protocol errors and timeouts itself, streams heads and bodies to an
+/// `event_sink`, and writes the responses the app hands back, strictly in
+/// request order per connection.
+///
+/// Created, used and destroyed on the I/O thread that runs `io` (it may be
+/// created on another thread before that thread starts). Not thread-safe.
+/// Destroy it before `io` and never run `io` again after destroying it.
+class http_server {
+ public:
+  /// A server that delivers to `sink` and counts into `counters` (both must
+  /// outlive it). I/O thread.
+  http_server(boost::asio::io_context& io, event_sink& sink, server_options options, server_counters& counters);
+  http_server(const http_server&) = delete;
+  http_server& operator=(const http_server&) = delete;
+  /// Closes every socket (no further sink calls). I/O thread.
+  ~http_server();
+
+  /// Adds a listener and starts accepting on it. I/O thread.
+  void add_listener(std::unique_ptr<listener> l);
+
+  /// Queues response bytes for `request` of `conn` (responses are written in
+  /// request order; bytes of a later response wait for the earlier ones).
+  /// Returns false and drops the bytes when the connection or request is
+  /// gone. I/O thread.
+  bool send(connection_id conn, std::uint32_t request, byte_buffer&& bytes, send_flags flags);
+  /// The app consumed `bytes` of body: reading resumes once the unconsumed
+  /// bytes are within the window. Returns false when the connection is gone. I/O thread.
+  bool consume(connection_id conn, std::uint64_t bytes);
+  /// Closes `conn` once what it was given is written; requests still in
+  /// flight are abandoned. Returns false when the connection is gone. I/O thread.
+  bool close(connection_id conn);
+  /// Closes `conn` now, dropping unsent output. Returns false when gone. I/O thread.
+  bool abort(connection_id conn);
+  /// Gives a head back for reuse by its connection's parser (freed when the
+  /// connection is gone). I/O thread.
+  void recycle_head(connection_id conn, std::unique_ptr<http::request_head> head);
+
+  /// Writes every connection that has new output: at most one write system
+  /// call per connection per call; what the socket does not take waits for
+  /// writability. I/O thread.
+  void flush_writes();
+
+  /// Starts the graceful stop: closes the listeners, closes idle connections,
+  /// marks every later head `server_closing` and closes each connection after
+  /// its current response. I/O thread.
+  void begin_drain();
+  /// Closes every connection now (each app-visible one gets `on_disconnect`). I/O thread.
+  void abort_all();
+
+  /// Connections in the table (including lingering ones). I/O thread.
+  [[nodiscard]] std::size_t connection_count() const noexcept;
+  /// Whether some connection has output waiting for the next `flush_writes`. I/O thread.
+  [[nodiscard]] bool has_dirty() const noexcept;
+  /// "127.0.0.1:43211" per listener, comma separated. I/O thread (or any
+  /// thread before the I/O thread starts).
+  [[nodiscard]] std::string listener_description() const;
+
+  class impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace cadeloop::net

@@ -1,0 +1,312 @@
+#pragma once
+
+#include <cadeloop/net/byte_buffer.hpp>
+#include <cadeloop/net/connection_id.hpp>
+#include <cadeloop/net/http_server.hpp>
+#include <cadeloop/net/listener.hpp>
+#include <cadeloop/runtime/parker.hpp>
+#include <cadeloop/runtime/ring.hpp>
+
+#include <cadeloop/http/request.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace cadeloop::runtime {
+
+// =============================================================== ring messages
+
+/// What an inbound message (I/O thread -> app thread) carries.
+enum class inbound_kind : std::uint8_t {
+  request,     ///< a request head; body events follow when `info.has_body`
+  body,        ///< a piece of a request body; the last has `more_body == false`
+  disconnect,  ///< the connection is gone; the last message naming it
+  drained,     ///< the connection's unsent output fell to the low mark (asked for by `send_options::notify_drained`)
+};
+
+/// The raw inbound ring item. Plain data: `data` is an `http::request_head*`
+/// (request) or bytes from `new char[]` (body), owned by whoever holds the
+/// item. Internal to the core pair; the app sees `inbound_message`.
+struct inbound_event {
+  inbound_kind kind = inbound_kind::disconnect;
+  bool more_body = false;
+  bool has_body = false;
+  bool server_closing = false;
+  bool tls = false;
+  std::uint32_t request = 0;
+  net::connection_id conn{};
+  void* data = nullptr;
+  std::uint64_t size = 0;  ///< body: byte count; drained: unsent bytes
+  net::socket_address client{};
+  net::socket_address server{};
+};
+
+/// One inbound message in owning form, as `app_side::drain_inbound` hands it
+/// to the app thread, which owns (and destroys) everything in it.
+///
+/// Per connection, messages arrive in this order: `request` (seq 0), its body
+/// pieces if any, `request` (seq 1), ... interleaved with `drained`; a
+/// connection that produced a `request` ends with exactly one `disconnect`.
+struct inbound_message {
+  inbound_kind kind = inbound_kind::disconnect;
+  /// The connection; use it (and `request`) in every reply.
+  net::connection_id conn{};
+  /// request/body: the request's number on its connection (0, 1, 2, ...).
+  std::uint32_t request = 0;
+  /// request: the head. May be given back with `app_side::recycle`.
+  std::unique_ptr<http::request_head> head;
+  /// request: addresses and flags (`has_body`; `server_closing`: the server
+  /// drains, answer with `Connection: close` (response_encoder's request_context::server_closing)).
+  net::request_info info{};
+  /// body: the bytes (report them with `app_side::consumed` once used).
+  net::byte_buffer body;
+  /// body: more pieces follow.
+  bool more_body = false;
+  /// drained: bytes still unsent on the connection (<= the low mark).
+  std::uint64_t unsent = 0;
+};
+
+/// What an outbound command (app thread -> I/O thread) does.
+enum class outbound_kind : std::uint8_t {
+  send,      ///< response bytes for a request (optionally ending it)
+  consumed,  ///< the app consumed `size` body bytes (request-body credit)
+  close,     ///< close after what was sent; requests in flight are abandoned
+  abort,     ///< close now, dropping unsent bytes
+  recycle,   ///< a request head given back for reuse
+};
+
+/// The raw outbound ring item. Plain data: `data` is bytes from `new char[]`
+/// (send), `head` an `http::request_head*` (recycle, or returned along with a
+/// send). Internal to the core pair.
+struct outbound_command {
+  outbound_kind kind = outbound_kind::send;
+  bool end_of_response = false;
+  bool keep_alive = true;
+  bool notify_drained = false;
+  std::uint32_t request = 0;
+  net::connection_id conn{};
+  char* data = nullptr;
+  std::uint64_t size = 0;  ///< send: byte count; consumed: bytes consumed
+  http::request_head* head = nullptr;
+};
+
+/// Options of `app_side::send`. Plain data.
+struct send_options {
+  /// The response is complete after these bytes.
+  bool end_of_response = false;
+  /// With end_of_response: the connection may carry another request (the
+  /// encoder's `keep_alive()`); false closes it after this response.
+  bool keep_alive = true;
+  /// Ask for an `inbound_kind::drained` message once the connection's unsent
+  /// output is at or below the low mark. Set it when the bytes the app sent
+  /// since the last notice pass its high mark, then wait for the notice.
+  bool notify_drained = false;
+};
+
+// =============================================================== stats
+
+/// Counters of one core pair, copied with relaxed loads. Plain data.
+struct core_pair_stats {
+  // Written by the I/O thread.
+  std::uint64_t requests = 0;              ///< heads handed to the app
+  std::uint64_t responses = 0;             ///< responses the app finished
+  std::uint64_t requests_in_flight = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  std::uint64_t unsent_bytes = 0;          ///< response bytes held by the I/O thread
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_open = 0;
+  std::uint64_t protocol_errors = 0;
+  std::uint64_t timeouts = 0;
+  std::uint64_t stale_messages = 0;        ///< app messages for a gone connection/request, dropped
+  std::uint64_t accept_pauses = 0;
+  std::uint64_t write_calls = 0;
+  std::uint64_t io_passes = 0;             ///< passes of the I/O loop
+  std::uint64_t io_parks = 0;              ///< times the I/O thread slept
+  std::uint64_t inbound_messages = 0;      ///< items published on the inbound ring
+  std::uint64_t inbound_depth = 0;
+  std::uint64_t wakeups_to_app = 0;        ///< eventfd writes by the I/O thread
+  // Written by the app thread.
+  std::uint64_t outbound_messages = 0;
+  std::uint64_t outbound_depth = 0;
+  std::uint64_t app_parks = 0;             ///< times the app thread slept (try_park said yes)
+  std::uint64_t wakeups_to_io = 0;         ///< eventfd writes by the app (and stop requests)
+};
+
+/// Options of one core pair. Plain data; the thread that builds the pair reads it.
+struct core_pair_options {
+  /// Where this pair listens (each pair binds its own listener).
+  net::listen_spec listen{};
+  /// HTTP limits, budgets and timeouts.
+  net::server_options server{};
+  /// Busy-wait this long for app messages before the I/O thread parks (0: never spin).
+  std::chrono::microseconds spin{0};
+  /// How long a stop waits for responses in flight before closing everything.
+  std::chrono::milliseconds grace{30000};
+  /// Items each ring holds before it allocates more.
+  std::size_t ring_capacity = 1024;
+};
+
+class io_thread;
+class core_pair;
+
+/// The state both threads of a pair share: the two rings, the two parkers
+/// and the counters. Owned by `core_pair`; internal.
+struct pair_channels {
+  ordered_ring<inbound_event> inbound;    ///< producer: I/O thread; consumer: app thread
+  ordered_ring<outbound_command> outbound;  ///< producer: app thread; consumer: I/O thread
+  parker io_parker;                       ///< the I/O thread sleeps on it
+  parker app_parker;                      ///< the app thread sleeps on it
+  net::server_counters io_counters;       ///< written by the I/O thread
+  alignas(64) net::server_counters::counter io_passes;  ///< I/O thread
+  net::server_counters::counter io_parks;                ///< I/O thread
+  alignas(64) std::atomic<bool> stop_requested{false};   ///< control thread -> I/O thread
+  alignas(64) std::atomic<bool> io_stopped{false};       ///< I/O thread -> app thread
+  alignas(64) net::server_counters::counter app_parks;   ///< app thread
+  net::server_counters::counter outbound_messages;       ///< app thread
+
+  explicit pair_channels(std::size_t capacity) : inbound{capacity}, outbound{capacity} {}
+};
+
+// =============================================================== app side
+
+/// The app thread's end of a core pair: the contract the ASGI bridge (or any
+/// other consumer) implements. Every member is for the app thread only,
+/// except `parker_fd()`.
+///
+/// The app thread's loop, per pass:
+///   1. `drain_inbound(fn)`: take the messages (heads, body pieces, drained
+///      notices, disconnects) in order and act on them.
+///   2. answer with `send()` (bytes encoded with http::response_encoder; one
+///      encoder per request context), `consumed()` after using body bytes,
+///      `close()`/`abort()`, `recycle()` for heads it is done with. These only
+///      stage messages.
+///   3. `flush()` once: publishes the batch and wakes the I/O thread if it sleeps.
+///   4. before sleeping: `if (try_park()) { wait until parker_fd() is
+///      readable or other work arrives; unpark(fd_was_readable); }` —
+///      try_park() re-checks the ring after announcing the sleep, so a
+///      message published meanwhile is never missed. The fd is an eventfd:
+///      register it (level-triggered, readable) in the loop's epoll.
+///
+/// Obligations: answer every request (its responses are written in request
+/// order per connection, so an unanswered request blocks the ones behind
+/// it); report consumed body bytes (or the connection stops reading after
+/// `server_options::body_window` bytes); count the bytes sent per connection
+/// and, past a high mark, set `notify_drained` and pause that response until
+/// the `drained` message; forget a connection at its `disconnect` (later
+/// messages naming it are dropped by the I/O thread).
+class app_side {
+ public:
+  app_side(const app_side&) = delete;
+  app_side& operator=(const app_side&) = delete;
+
+  /// Takes up to `max` published messages, oldest first, calling
+  /// `fn(inbound_message&&)` for each; returns how many. If `fn` throws, the
+  /// message it was given is destroyed, the exception propagates and later
+  /// messages stay queued. App thread.
+  template <class Fn>
+  std::size_t drain_inbound(Fn&& fn, std::size_t max = SIZE_MAX) {
+    return ch_.inbound.drain([&fn](const inbound_event& ev) { fn(adopt(ev)); }, max);
+  }
+
+  /// Whether inbound messages are waiting (seq_cst load: valid as the
+  /// re-check after announcing a sleep). App thread.
+  [[nodiscard]] bool has_inbound() const noexcept { return ch_.inbound.has_pending(); }
+
+  /// Stages response bytes for `request` of `conn`. Throws std::bad_alloc
+  /// before taking `bytes` (the caller keeps them then). App thread.
+  void send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes, send_options options = {});
+  /// Stages "the app consumed `bytes` body bytes of `conn`". May throw
+  /// std::bad_alloc. App thread.
+  void consumed(net::connection_id conn, std::uint64_t bytes);
+  /// Stages "close `conn` after what was sent". May throw std::bad_alloc. App thread.
+  void close(net::connection_id conn);
+  /// Stages "close `conn` now". May throw std::bad_alloc. App thread.
+  void abort(net::connection_id conn);
+  /// Stages a head to give back to the I/O thread's parser pool. Throws
+  /// std::bad_alloc before taking `head`. App thread.
+  void recycle(net::connection_id conn, std::unique_ptr<http::request_head>&& head);
+
+  /// Publishes everything staged and wakes the I/O thread if it is parked.
+  /// Returns how many messages were published. App thread.
+  std::size_t flush() noexcept;
+
+  /// The eventfd to watch while sleeping (readable after a wake). Any thread.
+  [[nodiscard]] int parker_fd() const noexcept { return ch_.app_parker.fd(); }
+  /// Announces a sleep and re-checks the ring (and the I/O thread's end).
+  /// True: sleep now, then call unpark(). False: work arrived, don't sleep.
+  /// App thread.
+  bool try_park() noexcept;
+  /// Ends a sleep; `signalled`: parker_fd() was readable. App thread.
+  void unpark(bool signalled) noexcept;
+
+  /// True once the I/O thread has finished (after its last messages, which
+  /// are published before this turns true). App thread (any thread may ask).
+  [[nodiscard]] bool io_stopped() const noexcept { return ch_.io_stopped.load(std::memory_order_seq_cst); }
+
+ private:
+  friend class core_pair;
+  explicit app_side(pair_channels& ch) noexcept : ch_{ch} {}
+  static inbound_message adopt(const inbound_event& ev) noexcept;
+  void stage(const outbound_command& cmd);
+
+  pair_channels& ch_;
+};
+
+// =============================================================== core pair
+
+/// One core pair: the I/O thread (listener, connections, HTTP) and the rings
+/// and parkers it shares with one app thread (which the caller runs, using
+/// `app()`).
+///
+/// Created, started, stopped and destroyed by one control thread.
+/// Destroy it only after the I/O thread was joined and the app thread
+/// stopped using `app()`; messages still in the rings are freed then.
+class core_pair {
+ public:
+  /// A pair that will listen as `options.listen` says. Control thread.
+  explicit core_pair(core_pair_options options);
+  core_pair(const core_pair&) = delete;
+  core_pair& operator=(const core_pair&) = delete;
+  /// Stops and joins the I/O thread if still running, frees ring leftovers.
+  /// Control thread.
+  ~core_pair();
+
+  /// Opens the listener and starts the I/O thread. Returns "" on success or
+  /// one line for the user ("cannot listen on 127.0.0.1:8000: address
+  /// already in use"). Control thread, once.
+  [[nodiscard]] std::string start();
+
+  /// Begins the graceful stop: no more accepts, idle connections closed,
+  /// later requests answered with `Connection: close`, responses in flight
+  /// awaited up to `grace`, then everything closed. Returns at once. Any thread.
+  void request_stop() noexcept;
+  /// Waits for the I/O thread to finish. Control thread.
+  void join();
+  /// request_stop() then join(). Control thread.
+  void stop();
+
+  /// The app thread's end. The reference is valid as long as the pair.
+  [[nodiscard]] app_side& app() noexcept { return app_; }
+  /// The bound address (the real port when 0 was asked for), valid after a
+  /// successful start(). Any thread.
+  [[nodiscard]] const net::socket_address& local_address() const noexcept { return local_; }
+  /// "127.0.0.1:43211", "unix:/path" or "fd 3 (...)". Any thread after start().
+  [[nodiscard]] const std::string& description() const noexcept { return description_; }
+  /// A snapshot of the counters. Any thread.
+  [[nodiscard]] core_pair_stats stats() const noexcept;
+
+ private:
+  core_pair_options options_;
+  std::unique_ptr<pair_channels> ch_;
+  app_side app_;
+  std::unique_ptr<io_thread> io_;
+  net::socket_address local_{};
+  std::string description_;
+};
+
+}  // namespace cadeloop::runtime

@@ -1,0 +1,268 @@
+#include "cadeloop/runtime/io_thread.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <system_error>
+#include <utility>
+
+namespace cadeloop::runtime {
+
+namespace asio = boost::asio;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+// Commands applied per pass, so a flood from the app cannot starve socket
+// readiness and timers; the rest stays pending and the loop does not park.
+constexpr std::size_t outbound_per_pass = 4096;
+
+void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+io_thread::io_thread(pair_channels& channels, const core_pair_options& options)
+    // One thread runs this context and nothing is posted to it from another,
+    // so the scheduler may take its single-threaded shortcuts.
+    : ch_{channels}, options_{options}, io_{1}, wake_fd_{io_}, grace_timer_{io_} {
+  server_ = std::make_unique<net::http_server>(io_, *this, options_.server, ch_.io_counters);
+  // A duplicate, so the descriptor object may close its copy while the
+  // parker keeps (and finally closes) the original.
+  const int fd = ::dup(ch_.io_parker.fd());
+  if (fd < 0) {
+    throw std::system_error(errno, std::generic_category(), "dup(parker fd)");
+  }
+  wake_fd_.assign(fd);
+}
+
+io_thread::~io_thread() {
+  if (thread_.joinable()) {
+    request_stop();
+    thread_.join();
+  }
+  server_.reset();
+}
+
+std::string io_thread::open_listener(net::socket_address& local, std::string& description) {
+  std::string error;
+  listener_ = net::open_listener(io_, options_.listen, error);
+  if (listener_) {
+    local = listener_->local_address();
+    description = listener_->description();
+  }
+  return error;
+}
+
+void io_thread::start() { thread_ = std::thread{[this] { run(); }}; }
+
+void io_thread::request_stop() noexcept {
+  // seq_cst store, then wake: pairs with the flag check inside try_park.
+  ch_.stop_requested.store(true, std::memory_order_seq_cst);
+  ch_.io_parker.wake();
+}
+
+void io_thread::join() {
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void io_thread::run() noexcept {
+  try {
+    loop();
+  } catch (const std::exception& e) {
+    // Only allocation failure gets here; the pair cannot continue in any sound state.
+    std::fprintf(stderr, "cadeloop: I/O thread failed: %s\n", e.what());
+    std::terminate();
+  }
+}
+
+void io_thread::loop() {
+  auto work = asio::make_work_guard(io_);
+  if (listener_) {
+    server_->add_listener(std::move(listener_));
+  }
+  arm_wake_wait();
+  bool draining = false;
+  clock_type::time_point deadline{};
+
+  for (;;) {
+    std::size_t done = io_.poll();
+    after_wake_handlers();
+    done += drain_outbound();
+    // Writes before publishing: drained notices and disconnects caused by a
+    // write go out in this pass's batch.
+    server_->flush_writes();
+
+    if (!draining && ch_.stop_requested.load(std::memory_order_acquire)) {
+      draining = true;
+      deadline = clock_type::now() + options_.grace;
+      server_->begin_drain();
+      server_->flush_writes();
+      // Wakes run_one() at the deadline if nothing else does.
+      grace_timer_.expires_at(deadline);
+      grace_timer_.async_wait([](const boost::system::error_code&) {});
+      ++done;
+    }
+    if (draining) {
+      if (server_->connection_count() == 0) {
+        break;
+      }
+      if (clock_type::now() >= deadline) {
+        server_->abort_all();
+        break;
+      }
+    }
+    flush_inbound();
+    ch_.io_passes.add();
+
+    if (done == 0 && !server_->has_dirty()) {
+      park();
+    }
+  }
+
+  flush_inbound();  // the last disconnects
+  grace_timer_.cancel();
+  server_.reset();  // closes every socket on this thread
+  boost::system::error_code ec;
+  wake_fd_.close(ec);
+  // seq_cst store then wake: the app's try_park() re-checks this flag.
+  ch_.io_stopped.store(true, std::memory_order_seq_cst);
+  ch_.app_parker.wake();
+}
+
+void io_thread::park() {
+  if (options_.spin.count() > 0) {
+    const auto until = clock_type::now() + options_.spin;
+    while (!ch_.outbound.has_pending() && clock_type::now() < until) {
+      cpu_relax();
+    }
+  }
+  const bool sleep = ch_.io_parker.try_park([this] {
+    return ch_.outbound.has_pending() || ch_.stop_requested.load(std::memory_order_seq_cst);
+  });
+  if (!sleep) {
+    return;
+  }
+  ch_.io_parks.add();
+  // Blocks in epoll until a socket, a timer or the parker's eventfd is ready,
+  // and runs that one handler.
+  io_.run_one();
+  if (wake_fired_) {
+    after_wake_handlers();
+  } else {
+    ch_.io_parker.unpark(false);
+  }
+}
+
+void io_thread::arm_wake_wait() {
+  if (wake_armed_) {
+    return;
+  }
+  wake_armed_ = true;
+  wake_fd_.async_wait(asio::posix::stream_descriptor::wait_read, [this](const boost::system::error_code& ec) {
+    wake_armed_ = false;
+    if (!ec) {
+      wake_fired_ = true;
+    }
+  });
+}
+
+void io_thread::after_wake_handlers() noexcept {
+  if (!wake_fired_) {
+    return;
+  }
+  wake_fired_ = false;
+  // Drains the eventfd counter so the next sleep is not cut short.
+  ch_.io_parker.unpark(true);
+  arm_wake_wait();
+}
+
+std::size_t io_thread::drain_outbound() {
+  return ch_.outbound.drain([this](const outbound_command& cmd) { apply(cmd); }, outbound_per_pass);
+}
+
+void io_thread::apply(const outbound_command& cmd) {
+  // Adopt every pointer first, so nothing leaks if applying throws.
+  net::byte_buffer bytes = net::byte_buffer::adopt(cmd.data, cmd.size);
+  std::unique_ptr<http::request_head> head{cmd.head};
+  switch (cmd.kind) {
+    case outbound_kind::send:
+      server_->send(cmd.conn, cmd.request, std::move(bytes),
+                    net::send_flags{cmd.end_of_response, cmd.keep_alive, cmd.notify_drained});
+      break;
+    case outbound_kind::consumed:
+      server_->consume(cmd.conn, cmd.size);
+      break;
+    case outbound_kind::close:
+      server_->close(cmd.conn);
+      break;
+    case outbound_kind::abort:
+      server_->abort(cmd.conn);
+      break;
+    case outbound_kind::recycle:
+      break;
+  }
+  if (head) {
+    server_->recycle_head(cmd.conn, std::move(head));
+  }
+}
+
+void io_thread::flush_inbound() noexcept {
+  if (ch_.inbound.publish() != 0) {
+    ch_.app_parker.wake();  // a system call only if the app announced a sleep
+  }
+}
+
+void io_thread::on_request(net::connection_id conn, std::uint32_t request,
+                           std::unique_ptr<http::request_head>&& head, const net::request_info& info) {
+  inbound_event ev;
+  ev.kind = inbound_kind::request;
+  ev.conn = conn;
+  ev.request = request;
+  ev.has_body = info.has_body;
+  ev.server_closing = info.server_closing;
+  ev.tls = info.tls;
+  ev.client = info.client;
+  ev.server = info.server;
+  ev.data = head.get();
+  ch_.inbound.stage(ev);
+  (void)head.release();  // the ring owns it now
+}
+
+void io_thread::on_body(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes, bool more_body) {
+  inbound_event ev;
+  ev.kind = inbound_kind::body;
+  ev.conn = conn;
+  ev.request = request;
+  ev.more_body = more_body;
+  ev.size = bytes.size();
+  ev.data = bytes.data();
+  ch_.inbound.stage(ev);
+  (void)bytes.release();
+}
+
+void io_thread::on_disconnect(net::connection_id conn) {
+  inbound_event ev;
+  ev.kind = inbound_kind::disconnect;
+  ev.conn = conn;
+  ch_.inbound.stage(ev);
+}
+
+void io_thread::on_drained(net::connection_id conn, std::uint64_t unsent) {
+  inbound_event ev;
+  ev.kind = inbound_kind::drained;
+  ev.conn = conn;
+  ev.size = unsent;
+  ch_.inbound.stage(ev);
+}
+
+}  // namespace cadeloop::runtime
