@@ -1,0 +1,49 @@
+#pragma once
+
+// Private to pyhost: how a native producer (the core pair's inbound ring)
+// joins cadeloop.Loop's poll step, so that draining it costs no system call
+// while work flows and the loop parks correctly when it does not.
+
+#include <Python.h>
+
+namespace cadeloop::pyhost {
+
+/// Work that arrives from another thread and is handled inside the loop's own
+/// pass, on the loop's thread, with the loop's GIL held (except the parking
+/// calls, which the loop makes with or without its GIL, and which touch no
+/// Python object).
+///
+/// The loop calls, in each pass:
+///   run()                  after its cross-thread queue is drained, before it
+///                          decides whether to sleep, and again after the poll;
+///   try_park()/unpark()    around a sleep, after its own parker announced the
+///                          sleep (check before park: each source announces on
+///                          its own parker and re-checks its own ring, so no
+///                          wake-up is lost whichever side produced);
+///   end_of_pass()          after the pass's callbacks ran: publish what the
+///                          pass produced (one batch per pass) and wake the
+///                          peer only if it is parked.
+/// fd() is added to the loop's poller for the source's whole life.
+///
+/// Owned by whoever attached it (the ASGI server); it must be detached from
+/// the loop before it is destroyed. Loop thread only.
+class loop_source {
+ public:
+  virtual ~loop_source() = default;
+
+  /// Handles what arrived. Returns the number of items handled (> 0 means the
+  /// loop must not sleep this pass: callbacks may have been scheduled), or -1
+  /// with a Python exception set to stop the loop.
+  virtual int run() = 0;
+  /// Announces a sleep and re-checks for work; true: the loop may sleep.
+  virtual bool try_park() noexcept = 0;
+  /// Ends a sleep announced by a successful try_park(); `signalled`: fd() was
+  /// reported readable by the poll.
+  virtual void unpark(bool signalled) noexcept = 0;
+  /// Publishes what this pass produced and wakes the peer if it is parked.
+  virtual void end_of_pass() noexcept = 0;
+  /// The eventfd the peer writes to wake a parked loop.
+  [[nodiscard]] virtual int fd() const noexcept = 0;
+};
+
+}  // namespace cadeloop::pyhost
