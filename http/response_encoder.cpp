@@ -384,7 +384,7 @@ response_encoder::response_encoder(date_cache& dates, encoder_options options) n
 void response_encoder::start(const request_context& context) noexcept {
   context_ = context;
   phase_ = phase::idle;
-  framing_ = body_framing::none;
+  framing_ = response_framing::none;
   keep_alive_ = false;
   declared_length_ = 0;
   written_length_ = 0;
@@ -474,7 +474,7 @@ encode_status response_encoder::write_head(const response_head& head, std::strin
   bool keep = context_.client_keep_alive && !context_.server_closing && !app_close;
   const bool no_body = context_.is_head || status == 204 || status == 304;
   if (no_body) {
-    framing_ = body_framing::none;
+    framing_ = response_framing::none;
     // RFC 9110 8.6: never Content-Length on 204. On HEAD and 304 it states
     // the length a GET would have had, so the app's value is kept, and for
     // HEAD the known body size stands in for it.
@@ -490,16 +490,16 @@ encode_status response_encoder::write_head(const response_head& head, std::strin
       }
     }
   } else if (have_length || (head.body_size.has_value() && !head.trailers)) {
-    framing_ = body_framing::content_length;
+    framing_ = response_framing::content_length;
     declared_length_ = have_length ? app_length : *head.body_size;
     out.append("Content-Length: ");
     append_decimal(out, declared_length_);
     out.append(crlf);
   } else if (context_.http_minor >= 1) {
-    framing_ = body_framing::chunked;
+    framing_ = response_framing::chunked;
     out.append("Transfer-Encoding: chunked\r\n");
   } else {
-    framing_ = body_framing::close_delimited;
+    framing_ = response_framing::close_delimited;
     keep = false;
   }
 
@@ -529,9 +529,9 @@ body_part_framing response_encoder::frame_body_part(std::uint64_t size, std::str
     return result;
   }
   switch (framing_) {
-    case body_framing::none:
+    case response_framing::none:
       break;
-    case body_framing::content_length:
+    case response_framing::content_length:
       if (size > declared_length_ - written_length_) {
         // The client would read the excess as the next response: this
         // connection can no longer be trusted for another request.
@@ -542,7 +542,7 @@ body_part_framing response_encoder::frame_body_part(std::uint64_t size, std::str
       written_length_ += size;
       result.send_body = size != 0;
       break;
-    case body_framing::chunked:
+    case response_framing::chunked:
       // A zero-size chunk would be the terminator; an empty part must not end the body.
       if (size != 0) {
         std::array<char, 16> buf{};
@@ -553,7 +553,7 @@ body_part_framing response_encoder::frame_body_part(std::uint64_t size, std::str
         result.after_body = crlf;
       }
       break;
-    case body_framing::close_delimited:
+    case response_framing::close_delimited:
       result.send_body = size != 0;
       break;
   }
@@ -573,7 +573,7 @@ encode_status response_encoder::finish(std::span<const header_field> trailers, s
   if (phase_ != phase::body) {
     return {encode_errc::bad_state, {}};
   }
-  if (framing_ == body_framing::chunked) {
+  if (framing_ == response_framing::chunked) {
     const std::size_t mark = out.size();
     out.append("0\r\n");
     const encode_status st = append_trailers(trailers, &out);
@@ -591,7 +591,7 @@ encode_status response_encoder::finish(std::span<const header_field> trailers, s
     }
   }
   phase_ = phase::finished;
-  if (framing_ == body_framing::content_length && written_length_ != declared_length_) {
+  if (framing_ == response_framing::content_length && written_length_ != declared_length_) {
     keep_alive_ = false;
     return {encode_errc::body_too_short, {}};
   }

@@ -1,9 +1,8 @@
 #include "cadeloop/net/http_server.hpp"
 
-#include "error_response.hpp"
-
 #include <cadeloop/http/date_cache.hpp>
 #include <cadeloop/http/request_parser.hpp>
+#include <cadeloop/http/response_encoder.hpp>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
@@ -26,6 +25,24 @@
 namespace cadeloop::net {
 
 namespace asio = boost::asio;
+
+namespace {
+
+/// Appends the connection-closing error response the I/O thread answers a
+/// protocol error with; the reason is the body, one line.
+void append_error_response(unsigned status, std::string_view reason, http::date_cache& dates,
+                           std::string_view server_header, std::string& out) {
+  http::encoder_options options;
+  options.server = server_header;
+  std::string text;
+  if (!reason.empty()) {
+    text.append(reason);
+    text.push_back('\n');
+  }
+  (void)http::encode_error_response(status, text, dates, out, options);
+}
+
+}  // namespace
 using socket_type = asio::generic::stream_protocol::socket;
 using clock_type = std::chrono::steady_clock;
 using error_code = boost::system::error_code;
@@ -722,7 +739,7 @@ class http_server::impl {
 
   void queue_error_response(connection& c, std::uint16_t status, std::string_view reason) {
     scratch_.clear();
-    detail::append_error_response(status, reason, dates_, opt_.server_header, scratch_);
+    append_error_response(status, reason, dates_, opt_.server_header, scratch_);
     append_out(c, byte_buffer::copy_of(scratch_));
     c.error_status = 0;
     c.no_more_requests = true;

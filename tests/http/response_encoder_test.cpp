@@ -69,7 +69,7 @@ TEST_F(ResponseEncoder, SmallResponseWithKnownBody) {
   EXPECT_EQ(out, with_tail("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-a: 1\r\nx-b: 2\r\n"
                            "Content-Length: 13\r\n") +
                      "Hello, world!");
-  EXPECT_EQ(enc.framing(), body_framing::content_length);
+  EXPECT_EQ(enc.framing(), response_framing::content_length);
   EXPECT_TRUE(enc.keep_alive());
 }
 
@@ -223,7 +223,7 @@ TEST_F(ResponseEncoder, AppContentLengthChoosesFraming) {
   ASSERT_TRUE(enc.write_body("lo", out).ok());
   ASSERT_TRUE(enc.finish({}, out).ok());
   EXPECT_EQ(out, with_tail("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n") + "hello");
-  EXPECT_EQ(enc.framing(), body_framing::content_length);
+  EXPECT_EQ(enc.framing(), response_framing::content_length);
   EXPECT_TRUE(enc.keep_alive());
 }
 
@@ -269,7 +269,7 @@ TEST_F(ResponseEncoder, UnknownLengthIsChunkedOnHttp11) {
   ASSERT_TRUE(enc.finish({}, out).ok());
   EXPECT_EQ(out, with_tail("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n") +
                      "d\r\nHello, world!\r\n1000\r\n" + std::string(4096, 'x') + "\r\n0\r\n\r\n");
-  EXPECT_EQ(enc.framing(), body_framing::chunked);
+  EXPECT_EQ(enc.framing(), response_framing::chunked);
   EXPECT_TRUE(enc.keep_alive());
 }
 
@@ -294,7 +294,7 @@ TEST_F(ResponseEncoder, UnknownLengthIsCloseDelimitedOnHttp10) {
   ASSERT_TRUE(enc.write_body("abc", out).ok());
   ASSERT_TRUE(enc.finish({}, out).ok());
   EXPECT_EQ(out, with_tail("HTTP/1.1 200 OK\r\nConnection: close\r\n") + "abc");
-  EXPECT_EQ(enc.framing(), body_framing::close_delimited);
+  EXPECT_EQ(enc.framing(), response_framing::close_delimited);
   EXPECT_FALSE(enc.keep_alive());
 }
 
@@ -321,7 +321,7 @@ TEST_F(ResponseEncoder, HeadKeepsHeadersAndSuppressesBody) {
   ASSERT_TRUE(enc.write_body("streamed", out).ok());
   ASSERT_TRUE(enc.finish({}, out).ok());
   EXPECT_EQ(out, with_tail("HTTP/1.1 200 OK\r\n"));
-  EXPECT_EQ(enc.framing(), body_framing::none);
+  EXPECT_EQ(enc.framing(), response_framing::none);
   EXPECT_TRUE(enc.keep_alive());
 }
 
@@ -443,7 +443,7 @@ TEST_F(ResponseEncoder, ServerClosingCloses) {
 TEST_F(ResponseEncoder, TrailersFollowTheLastChunk) {
   enc.start({});
   ASSERT_TRUE(head(200, {}, 5, /*trailers=*/true).ok());
-  EXPECT_EQ(enc.framing(), body_framing::chunked);
+  EXPECT_EQ(enc.framing(), response_framing::chunked);
   ASSERT_TRUE(enc.write_body("hello", out).ok());
   const header_field trailers[] = {{"x-checksum", " abc "}, {"server-timing", "db;dur=5"}};
   ASSERT_TRUE(enc.finish(trailers, out).ok());

@@ -1,8 +1,7 @@
 #pragma once
 
-// The fake app's response encoder, behind a small interface: request.hpp and
-// response_encoder.hpp both declare cadeloop::http::body_framing for now, so
-// the encoder lives in its own translation unit (test_encoder.cpp).
+// The fake app's response encoder, behind a small interface, in its own
+// translation unit (test_encoder.cpp) so the fake app stays short.
 
 #include <cstdint>
 #include <memory>

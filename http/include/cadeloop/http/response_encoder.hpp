@@ -87,7 +87,7 @@ struct response_head {
 };
 
 /// How a response body is delimited on the wire. Plain data.
-enum class body_framing : std::uint8_t {
+enum class response_framing : std::uint8_t {
   none,             ///< no body bytes at all (HEAD, 1xx, 204, 304)
   content_length,   ///< exactly `Content-Length` bytes follow
   chunked,          ///< chunked transfer coding
@@ -168,7 +168,7 @@ class response_encoder {
   [[nodiscard]] bool keep_alive() const noexcept { return keep_alive_; }
 
   /// The framing chosen by the final head. Owner thread.
-  [[nodiscard]] body_framing framing() const noexcept { return framing_; }
+  [[nodiscard]] response_framing framing() const noexcept { return framing_; }
 
  private:
   enum class phase : std::uint8_t { idle, head_sent, body, finished };
@@ -177,7 +177,7 @@ class response_encoder {
   encoder_options options_;
   request_context context_;
   phase phase_ = phase::idle;
-  body_framing framing_ = body_framing::none;
+  response_framing framing_ = response_framing::none;
   bool keep_alive_ = false;
   std::uint64_t declared_length_ = 0;
   std::uint64_t written_length_ = 0;
