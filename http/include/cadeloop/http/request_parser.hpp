@@ -1,0 +1,239 @@
+#pragma once
+
+#include <cadeloop/http/request.hpp>
+
+#include <llhttp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace cadeloop::http {
+
+/// What a `parse_event` reports.
+enum class parse_event_kind : std::uint8_t {
+  head,              ///< a request head is complete and valid (`parse_event::head`)
+  body,              ///< a piece of the body (`parse_event::body`)
+  message_complete,  ///< the request is complete (`parse_event::trailers` if any)
+};
+
+/// One event produced by `request_parser::feed`. Events are queued while
+/// llhttp runs and handed to the caller after it returns, in stream order.
+/// Valid until the next `feed()` or `reset()` on the same parser (I/O thread).
+struct parse_event {
+  /// Which of the fields below is meaningful.
+  parse_event_kind kind = parse_event_kind::head;
+  /// Pool slot of `head` / `trailers`, for `request_parser::take_head` / `take_trailers`.
+  std::uint32_t slot = 0;
+  /// kind == head: the parsed head, owned by the parser until the next feed()
+  /// unless taken with `request_parser::take_head`.
+  request_head* head = nullptr;
+  /// kind == body: body bytes, a view into the input given to feed() (no
+  /// copy; chunked framing already removed). Valid while that input is.
+  std::string_view body{};
+  /// kind == message_complete: the chunked trailer fields, or nullptr when
+  /// there were none. Owned like `head` (see `request_parser::take_trailers`).
+  header_block* trailers = nullptr;
+};
+
+/// Outcome of one `request_parser::feed`.
+enum class feed_status : std::uint8_t {
+  ok,        ///< every byte was consumed; feed more when it arrives
+  paused,    ///< the message credit reached 0 after a message: the bytes after
+             ///< `consumed` were not parsed; add credit, then feed them again
+  closing,   ///< the last complete request was not keep-alive: answer it and
+             ///< close; the bytes after `consumed` must be ignored
+  upgraded,  ///< a WebSocket upgrade was accepted: the bytes from `consumed` on
+             ///< belong to the WebSocket codec; the parser takes no more input
+  error,     ///< the request was rejected: answer `request_parser::error()` and close
+};
+
+/// Result of one `request_parser::feed`. Plain data.
+struct feed_result {
+  /// See `feed_status`.
+  feed_status status = feed_status::ok;
+  /// Bytes of the input that were parsed (always <= the input's size).
+  std::size_t consumed = 0;
+};
+
+/// Why a request was rejected. Plain data; `reason` is in static storage.
+struct parse_error {
+  /// HTTP status to answer with (400, 413, 414, 431, 500, 501, 505).
+  std::uint16_t status = 0;
+  /// Short human reason, for the log and the error body.
+  std::string_view reason{};
+  /// Always true: after a rejection the connection's framing can't be trusted.
+  bool must_close = true;
+};
+
+/// Incremental HTTP/1.1 request parser over llhttp (strict mode, no lenient
+/// flags). Push bytes with `feed()`; read the queued events with `events()`.
+///
+/// It validates framing and syntax strictly (request smuggling defences),
+/// enforces `request_limits` inside llhttp's callbacks, caps the number of
+/// requests parsed ahead with a message credit, stops after the head of an
+/// accepted WebSocket upgrade, and reports the same events whatever way the
+/// stream is split into feeds (body pieces may be cut differently; their
+/// concatenation is the same).
+///
+/// Steady state allocates nothing: heads, trailer blocks and the event queue
+/// are pooled and reused. Owned and used by one I/O thread; not movable
+/// (llhttp keeps a pointer to it). Destroyed by that thread.
+class request_parser {
+ public:
+  /// `set_credit` value meaning "no cap on messages".
+  static constexpr std::uint32_t unlimited_credit = UINT32_MAX;
+
+  /// A parser at the start of a connection. I/O thread.
+  explicit request_parser(const request_limits& limits = {});
+  request_parser(const request_parser&) = delete;
+  request_parser& operator=(const request_parser&) = delete;
+  request_parser(request_parser&&) = delete;
+  request_parser& operator=(request_parser&&) = delete;
+  /// I/O thread.
+  ~request_parser() = default;
+
+  /// Parses `input`, which continues the bytes consumed so far. Clears the
+  /// events of the previous feed first (their views and heads become invalid
+  /// unless taken). Returns how far it got; bytes after `consumed` must be
+  /// fed again (paused) or belong to someone else (upgraded, closing).
+  /// After `error`, `closing` or `upgraded` it consumes nothing more. I/O thread.
+  feed_result feed(std::string_view input) noexcept;
+
+  /// Events queued by the last feed(), in stream order. I/O thread.
+  [[nodiscard]] std::span<const parse_event> events() const noexcept { return events_; }
+
+  /// Sets how many more requests may complete before the parser pauses
+  /// (`unlimited_credit` for no cap, the default). With 0 it parses nothing.
+  /// I/O thread.
+  void set_credit(std::uint32_t messages) noexcept { credit_ = messages; }
+  /// Adds to the credit (saturating), for instance when a response was sent. I/O thread.
+  void add_credit(std::uint32_t messages) noexcept;
+  /// Remaining credit. I/O thread.
+  [[nodiscard]] std::uint32_t credit() const noexcept { return credit_; }
+
+  /// Takes ownership of the head of a `head` event from the last feed, so it
+  /// can outlive the next feed (for instance to cross the inbound ring). The
+  /// event's pointer stays valid, now owned by the caller. I/O thread.
+  [[nodiscard]] std::unique_ptr<request_head> take_head(const parse_event& event) noexcept;
+  /// Gives a head back for reuse, keeping parsing allocation-free when heads
+  /// are taken. Its contents are dropped. I/O thread (a head coming back from
+  /// the app thread arrives over the ring first).
+  void recycle_head(std::unique_ptr<request_head> head);
+  /// Takes ownership of the trailers of a `message_complete` event. I/O thread.
+  [[nodiscard]] std::unique_ptr<header_block> take_trailers(const parse_event& event) noexcept;
+  /// Gives a trailer block back for reuse. I/O thread.
+  void recycle_trailers(std::unique_ptr<header_block> trailers);
+
+  /// Why the request was rejected, valid after feed() returned `error`. I/O thread.
+  [[nodiscard]] const parse_error& error() const noexcept { return error_; }
+  /// True while a request has started but not completed (an EOF now means a
+  /// truncated request). I/O thread.
+  [[nodiscard]] bool mid_message() const noexcept { return phase_ != phase::idle; }
+  /// Bytes consumed since construction or reset(). I/O thread.
+  [[nodiscard]] std::uint64_t stream_offset() const noexcept { return stream_base_; }
+  /// The limits in force. I/O thread.
+  [[nodiscard]] const request_limits& limits() const noexcept { return limits_; }
+  /// Back to the start of a new connection (credit and limits unchanged,
+  /// pools kept). I/O thread.
+  void reset() noexcept;
+
+ private:
+  enum class phase : std::uint8_t { idle, head, body, trailers };
+  enum class state : std::uint8_t { parsing, paused, closing, upgraded, failed };
+  enum class pause_reason : std::uint8_t { none, credit, closing };
+
+  // llhttp callbacks, reached through the static trampolines in the .cpp.
+  int on_message_begin();
+  int on_method(const char* at, std::size_t len);
+  int on_url(const char* at, std::size_t len);
+  int on_url_complete();
+  int on_protocol(const char* at, std::size_t len);
+  int on_version(const char* at, std::size_t len);
+  int on_version_complete();
+  int on_header_field(const char* at, std::size_t len);
+  int on_header_value(const char* at, std::size_t len);
+  int on_header_value_complete();
+  int on_headers_complete();
+  int on_body(const char* at, std::size_t len);
+  int on_chunk_header();
+  int on_chunk_extension(const char* at, std::size_t len);
+  int on_chunk_extension_complete();
+  int on_message_complete();
+
+  template <int (request_parser::*Member)()>
+  static int trampoline(llhttp_t* parser) noexcept;
+  template <int (request_parser::*Member)(const char*, std::size_t)>
+  static int data_trampoline(llhttp_t* parser, const char* at, std::size_t len) noexcept;
+  static const llhttp_settings_t& settings() noexcept;
+
+  int fail(std::uint16_t status, const char* reason) noexcept;
+  int fail_internal() noexcept;
+  int check_head_limits(std::uint64_t end) noexcept;
+  int check_head_limits_slow(std::uint64_t end) noexcept;
+  [[nodiscard]] std::uint16_t head_limit_violation(std::uint64_t end, const char** reason) const noexcept;
+  void classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos) noexcept;
+  int interpret_head_field(std::string_view name, std::string_view value);
+  [[nodiscard]] std::uint64_t stream_pos(const char* at) const noexcept {
+    return stream_base_ + static_cast<std::uint64_t>(at - feed_begin_);
+  }
+  [[nodiscard]] header_block& field_block();
+  [[nodiscard]] header_block& trailer_fields();
+  void begin_feed() noexcept;
+  request_head& acquire_head();
+  header_block& acquire_trailers();
+  void start_message() noexcept;
+
+  llhttp_t parser_{};
+  request_limits limits_;
+  std::uint64_t max_header_bytes_ = 0;  // limits clamped so positions can't overflow
+  std::uint64_t max_url_ = 0;
+  std::uint32_t credit_ = unlimited_credit;
+  state state_ = state::parsing;
+  phase phase_ = phase::idle;
+  pause_reason pause_reason_ = pause_reason::none;
+  parse_error error_{};
+
+  std::vector<parse_event> events_;
+  std::vector<std::unique_ptr<request_head>> heads_;  // slots [0, heads_used_) belong to this feed
+  std::vector<std::unique_ptr<request_head>> free_heads_;
+  std::vector<std::unique_ptr<header_block>> trailers_;
+  std::vector<std::unique_ptr<header_block>> free_trailers_;
+  std::size_t heads_used_ = 0;
+  std::size_t trailers_used_ = 0;
+  request_head* head_ = nullptr;        // head being parsed (slot heads_used_ - 1)
+  header_block* trailer_block_ = nullptr;  // trailers being parsed (slot trailers_used_ - 1)
+
+  // Absolute stream positions: stream_base_ is the offset of feed_begin_.
+  const char* feed_begin_ = nullptr;
+  std::uint64_t stream_base_ = 0;
+  std::uint64_t head_start_ = 0;   // first byte of the method
+  std::uint64_t method_end_ = 0;   // one past the method
+  bool head_start_known_ = false;
+  bool url_open_ = false;          // between the method and the end of the target
+  std::uint64_t limit_end_ = UINT64_MAX;  // a head byte at or past this violates a limit
+
+  // Per-message state.
+  bool in_field_ = false;
+  bool in_value_ = false;
+  bool te_seen_ = false;
+  bool websocket_token_ = false;
+  bool expect_continue_ = false;
+  bool keep_alive_ = false;
+  bool websocket_ = false;
+  bool trailers_over_ = false;
+  std::uint8_t host_count_ = 0;
+  std::uint8_t chunked_count_ = 0;
+  std::uint8_t protocol_len_ = 0;
+  std::uint8_t version_len_ = 0;
+  char protocol_[4] = {};
+  char version_[3] = {};
+  std::uint64_t body_declared_ = 0;     // sum of chunk sizes so far
+  std::uint64_t chunk_ext_bytes_ = 0;
+  std::uint64_t trailer_bytes_ = 0;
+};
+
+}  // namespace cadeloop::http
