@@ -37,8 +37,12 @@ if(NOT _ok)
   endif()
   file(MAKE_DIRECTORY "${CADELOOP_DEPS_DIR}")
   message(STATUS "llhttp: pip download ${CADELOOP_LLHTTP_SDIST_NAME}==${CADELOOP_LLHTTP_SDIST_VERSION}")
+  # Inside a wheel build (pip's isolated build environment) PYTHONPATH points
+  # at an overlay that hides the interpreter's own site-packages, pip included:
+  # run pip without it.
   execute_process(
-    COMMAND "${_py}" -m pip download --quiet --no-deps --no-binary=:all:
+    COMMAND "${CMAKE_COMMAND}" -E env --unset=PYTHONPATH --unset=PYTHONNOUSERSITE
+            "${_py}" -m pip download --quiet --no-deps --no-binary=:all:
             "${CADELOOP_LLHTTP_SDIST_NAME}==${CADELOOP_LLHTTP_SDIST_VERSION}" -d "${CADELOOP_DEPS_DIR}"
     RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
   _cadeloop_llhttp_verify(_ok)
