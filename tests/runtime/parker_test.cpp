@@ -191,7 +191,7 @@ TEST(parker, a_wake_makes_the_eventfd_readable_and_unpark_drains_it) {
   park.prepare_park();
   park.wake();
   ASSERT_EQ(poll.wait(events, 1000), 1);
-  EXPECT_EQ(events[0].data.u64, wake_token);
+  EXPECT_EQ(std::uint64_t{events[0].data.u64}, wake_token);
   park.unpark(true);
   EXPECT_EQ(poll.wait(events, 0), 0);
 }

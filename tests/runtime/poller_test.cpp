@@ -29,11 +29,12 @@ TEST(poller, reports_readable_and_writable_with_the_token) {
   EXPECT_EQ(p.wait(events, 0), 0);
   ASSERT_EQ(::write(s.fds[1], "x", 1), 1);
   ASSERT_EQ(p.wait(events, 1000), 1);
-  EXPECT_EQ(events[0].data.u64, 7u);
+  // epoll_event is packed on x86-64: copy the token out before gtest binds a reference to it.
+  EXPECT_EQ(std::uint64_t{events[0].data.u64}, 7u);
   EXPECT_TRUE(events[0].events & poller::readable);
   ASSERT_FALSE(p.modify(s.fds[0], poller::readable | poller::writable, 8));
   ASSERT_EQ(p.wait(events, 0), 1);
-  EXPECT_EQ(events[0].data.u64, 8u);
+  EXPECT_EQ(std::uint64_t{events[0].data.u64}, 8u);
   EXPECT_TRUE(events[0].events & poller::writable);
   ASSERT_FALSE(p.remove(s.fds[0]));
   EXPECT_EQ(p.wait(events, 0), 0);
