@@ -787,7 +787,13 @@ class http_server::impl {
     }
     maybe_resume_accept();
     if (c.parser_paused && !c.no_more_requests) {
-      process_input(c);
+      if (c.rbeg < c.rend) {
+        process_input(c);
+      } else {
+        // Paused at the end of the input, with nothing kept: the credit is
+        // back, so reading resumes (the parser resumes at its next feed).
+        c.parser_paused = false;
+      }
     }
   }
 
@@ -912,6 +918,9 @@ class http_server::impl {
         return;
       }
       c.no_more_requests = true;  // EOF between requests: answer what is in flight, then close
+      if (c.in_flight() != 0 && c.ever_dispatched && !c.disconnect_sent) {
+        sink_.on_peer_eof(c.id());  // a long-poll may want to stop: its client may be gone
+      }
     }
     if (c.no_more_requests && c.in_flight() == 0) {
       if (c.out.empty()) {

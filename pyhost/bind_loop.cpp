@@ -28,6 +28,8 @@ using loop::timer_handle_object;
 
 /// epoll token of the parker's eventfd; fds use their own number.
 constexpr std::uint64_t wake_token = std::numeric_limits<std::uint64_t>::max();
+/// epoll token of an attached loop_source's eventfd.
+constexpr std::uint64_t source_token = wake_token - 1;
 /// The longest single poll, as asyncio's MAXIMUM_SELECT_TIMEOUT (one day).
 constexpr double max_poll_seconds = 24 * 3600.0;
 /// selectors.EVENT_READ / EVENT_WRITE, for the selector view.
@@ -61,7 +63,7 @@ struct call_args {
 };
 
 bool parse_call(const char* name, Py_ssize_t fixed, PyObject* const* args, Py_ssize_t nargs,
-                PyObject* kwnames, call_args& out) {
+                PyObject* kwnames, call_args& out, PyObject* context_name) {
   if (nargs < fixed + 1) {
     PyErr_Format(PyExc_TypeError, "%s() missing required positional arguments", name);
     return false;
@@ -70,7 +72,9 @@ bool parse_call(const char* name, Py_ssize_t fixed, PyObject* const* args, Py_ss
     const Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t i = 0; i < nkw; ++i) {
       PyObject* key = PyTuple_GET_ITEM(kwnames, i);
-      if (PyUnicode_CompareWithASCIIString(key, "context") != 0) {
+      // Keyword names are interned by the compiler and by _asyncio: the
+      // pointer test is the common case.
+      if (key != context_name && PyUnicode_CompareWithASCIIString(key, "context") != 0) {
         PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", name, key);
         return false;
       }
@@ -143,7 +147,8 @@ PyObject* make_handle(PyObject* self, loop_state& st, PyObject* type, const call
   h->weakrefs = nullptr;
   h->cancelled = false;
   PyObject* o = reinterpret_cast<PyObject*>(h);
-  PyObject_GC_Track(o);
+  // Not tracked by the cycle collector while the loop holds it: see
+  // loop::release_handle().
   if (st.debug) {
     // Where it was scheduled from, for the debug-mode reports.
     PyObject* tb = PyObject_CallMethod(self, "_cadeloop_extract_stack", nullptr);
@@ -181,7 +186,7 @@ void push_ready(loop_state& st, PyObject* h) {
 PyObject* loop_call_soon(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   loop_state& st = state_of(self);
   call_args a;
-  if (!parse_call("call_soon", 0, args, nargs, kwnames, a)) {
+  if (!parse_call("call_soon", 0, args, nargs, kwnames, a, st.str_context)) {
     return nullptr;
   }
   if (st.closed) {
@@ -202,7 +207,7 @@ PyObject* loop_call_soon_threadsafe(PyObject* self, PyObject* const* args, Py_ss
                                     PyObject* kwnames) {
   loop_state& st = state_of(self);
   call_args a;
-  if (!parse_call("call_soon_threadsafe", 0, args, nargs, kwnames, a)) {
+  if (!parse_call("call_soon_threadsafe", 0, args, nargs, kwnames, a, st.str_context)) {
     return nullptr;
   }
   if (st.closed) {
@@ -263,7 +268,7 @@ PyObject* schedule_at(PyObject* self, loop_state& st, double when, const call_ar
 PyObject* loop_call_at(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   loop_state& st = state_of(self);
   call_args a;
-  if (!parse_call("call_at", 1, args, nargs, kwnames, a)) {
+  if (!parse_call("call_at", 1, args, nargs, kwnames, a, st.str_context)) {
     return nullptr;
   }
   if (args[0] == Py_None) {
@@ -280,7 +285,7 @@ PyObject* loop_call_at(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
 PyObject* loop_call_later(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   loop_state& st = state_of(self);
   call_args a;
-  if (!parse_call("call_later", 1, args, nargs, kwnames, a)) {
+  if (!parse_call("call_later", 1, args, nargs, kwnames, a, st.str_context)) {
     return nullptr;
   }
   if (args[0] == Py_None) {
@@ -295,6 +300,95 @@ PyObject* loop_call_later(PyObject* self, PyObject* const* args, Py_ssize_t narg
 }
 
 PyObject* loop_time(PyObject*, PyObject*) { return PyFloat_FromDouble(monotonic_now()); }
+
+// Every Future and Task asks its loop get_debug() when it is made, and
+// asyncio's Queue, gather and friends make futures through create_future():
+// as C methods these cost no Python frame.
+
+PyObject* loop_get_debug(PyObject* self, PyObject*) { return PyBool_FromLong(state_of(self).debug); }
+
+/// module.<name>, looked up at each call as asyncio's own code does (tests
+/// and instrumentation replace asyncio.tasks.Task and futures.Future).
+PyObject* module_attr(PyObject* module, PyObject* name) { return PyObject_GetAttr(module, name); }
+
+PyObject* loop_create_future(PyObject* self, PyObject*) {
+  loop_state& st = state_of(self);
+  PyObject* cls = module_attr(st.futures_module, st.str_future);
+  if (cls == nullptr) {
+    return nullptr;
+  }
+  PyObject* args[1] = {self};
+  PyObject* fut = PyObject_Vectorcall(cls, args, 0, st.kw_loop);
+  Py_DECREF(cls);
+  return fut;
+}
+
+/// create_task(coro, *, name=None, context=None). The plain case (no task
+/// factory, not in debug mode) makes the Task here; the rest is asyncio's
+/// BaseEventLoop.create_task.
+PyObject* loop_create_task(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  loop_state& st = state_of(self);
+  PyObject* name = nullptr;
+  PyObject* context = nullptr;
+  bool plain = nargs == 1 && st.task_factory == nullptr && !st.debug;
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t i = 0; plain && i < nkw; ++i) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, i);
+    if (PyUnicode_CompareWithASCIIString(key, "name") == 0) {
+      name = args[nargs + i];
+    } else if (key == st.str_context || PyUnicode_CompareWithASCIIString(key, "context") == 0) {
+      context = args[nargs + i];
+    } else {
+      plain = false;
+    }
+  }
+  if (!plain) {
+    PyObject* slow = PyObject_GetAttrString(self, "_cadeloop_create_task");
+    if (slow == nullptr) {
+      return nullptr;
+    }
+    PyObject* r = PyObject_Vectorcall(slow, args, static_cast<std::size_t>(nargs), kwnames);
+    Py_DECREF(slow);
+    return r;
+  }
+  if (st.closed) {
+    return closed_error();
+  }
+  PyObject* cls = module_attr(st.tasks_module, st.str_task);
+  if (cls == nullptr) {
+    return nullptr;
+  }
+  PyObject* task = nullptr;
+  if (name == nullptr && context == nullptr) {
+    PyObject* call[2] = {args[0], self};
+    task = PyObject_Vectorcall(cls, call, 1, st.kw_loop);
+  } else {
+    PyObject* kw = PyTuple_New(1 + (name != nullptr) + (context != nullptr));
+    if (kw != nullptr) {
+      PyObject* call[4] = {args[0], self, nullptr, nullptr};
+      Py_ssize_t k = 0;
+      PyTuple_SET_ITEM(kw, k++, PyUnicode_FromString("loop"));
+      if (name != nullptr) {
+        call[1 + k] = name;
+        PyTuple_SET_ITEM(kw, k++, PyUnicode_FromString("name"));
+      }
+      if (context != nullptr) {
+        call[1 + k] = context;
+        PyTuple_SET_ITEM(kw, k++, PyUnicode_FromString("context"));
+      }
+      bool ok = true;
+      for (Py_ssize_t j = 0; j < k; ++j) {
+        ok = ok && PyTuple_GET_ITEM(kw, j) != nullptr;
+      }
+      if (ok) {
+        task = PyObject_Vectorcall(cls, call, 1, kw);
+      }
+      Py_DECREF(kw);
+    }
+  }
+  Py_DECREF(cls);
+  return task;
+}
 
 /// _add_callback(handle): queue an already made handle (asyncio's own
 /// Handle objects arrive here from the signal path).
@@ -328,6 +422,23 @@ PyObject* loop_timer_handle_cancelled(PyObject* self, PyObject* handle) {
     loop::unschedule_timer(reinterpret_cast<timer_handle_object*>(handle));
   }
   Py_RETURN_NONE;
+}
+
+/// _make_transport_core(owner, fd): the C++ half of a socket transport.
+PyObject* loop_make_transport_core(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  loop_state& st = state_of(self);
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "_make_transport_core(owner, fd)");
+    return nullptr;
+  }
+  if (st.closed) {
+    return closed_error();
+  }
+  const int fd = PyObject_AsFileDescriptor(args[1]);
+  if (fd < 0) {
+    return nullptr;
+  }
+  return loop::new_transport(self, args[0], fd);
 }
 
 PyObject* loop_wake(PyObject* self, PyObject*) {
@@ -377,6 +488,27 @@ bool apply_interest(loop_state& st, int fd, fd_entry& e, std::uint32_t events) {
   return true;
 }
 
+/// The epoll mask `e` needs: its handles' and its transport's interest.
+std::uint32_t desired_events(const fd_entry& e) {
+  std::uint32_t events = 0;
+  if (e.reader != nullptr) {
+    events |= runtime::poller::readable;
+  }
+  if (e.writer != nullptr) {
+    events |= runtime::poller::writable;
+  }
+  if (e.transport != nullptr) {
+    const auto* t = reinterpret_cast<const loop::transport_object*>(e.transport);
+    if (t->want_read) {
+      events |= runtime::poller::readable;
+    }
+    if (t->want_write) {
+      events |= runtime::poller::writable;
+    }
+  }
+  return events;
+}
+
 fd_entry* entry_for(loop_state& st, int fd, bool create) {
   const auto i = static_cast<std::size_t>(fd);
   if (i >= st.fds.size()) {
@@ -389,9 +521,9 @@ fd_entry* entry_for(loop_state& st, int fd, bool create) {
 }
 
 /// Cancels a handle the loop no longer points at (the old reader/writer).
-bool cancel_and_release(PyObject* handle) {
+bool cancel_and_release(const loop_state& st, PyObject* handle) {
   PyObject* r = PyObject_CallMethod(handle, "cancel", nullptr);
-  Py_DECREF(handle);
+  loop::release_handle(st, handle);
   if (r == nullptr) {
     return false;
   }
@@ -423,13 +555,13 @@ PyObject* add_interest(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
   }
   fd_entry* e = entry_for(st, fd, true);
   const std::uint32_t bit = writer ? runtime::poller::writable : runtime::poller::readable;
-  if (!apply_interest(st, fd, *e, e->events | bit)) {
+  if (!apply_interest(st, fd, *e, desired_events(*e) | bit)) {
     Py_DECREF(h);
     return nullptr;
   }
   PyObject*& slot = writer ? e->writer : e->reader;
   PyObject* old = std::exchange(slot, Py_NewRef(h));
-  if (old != nullptr && !cancel_and_release(old)) {
+  if (old != nullptr && !cancel_and_release(st, old)) {
     Py_DECREF(h);
     return nullptr;
   }
@@ -449,15 +581,27 @@ PyObject* remove_interest(PyObject* self, PyObject* fileobj, bool writer) {
   if (e == nullptr || e->events == 0) {
     Py_RETURN_FALSE;
   }
-  const std::uint32_t bit = writer ? runtime::poller::writable : runtime::poller::readable;
-  if (!apply_interest(st, fd, *e, e->events & ~bit)) {
+  PyObject*& slot = writer ? e->writer : e->reader;
+  if (slot == nullptr && !writer && e->transport != nullptr) {
+    // asyncio's transport code stops reading with loop._remove_reader(fd)
+    // (at EOF when the protocol keeps the connection open).
+    auto* t = reinterpret_cast<loop::transport_object*>(e->transport);
+    const bool was_reading = t->want_read;
+    t->want_read = false;
+    if (!apply_interest(st, fd, *e, desired_events(*e))) {
+      return nullptr;
+    }
+    return PyBool_FromLong(was_reading);
+  }
+  PyObject* old = std::exchange(slot, nullptr);
+  if (!apply_interest(st, fd, *e, desired_events(*e))) {
+    slot = old;
     return nullptr;
   }
-  PyObject* old = std::exchange(writer ? e->writer : e->reader, nullptr);
   if (old == nullptr) {
     Py_RETURN_FALSE;
   }
-  if (!cancel_and_release(old)) {
+  if (!cancel_and_release(st, old)) {
     return nullptr;
   }
   Py_RETURN_TRUE;
@@ -528,9 +672,32 @@ int dispatch_events(PyObject* self, loop_state& st, int n) {
       signalled = 1;
       continue;
     }
+    if (ev.data.u64 == source_token) {
+      st.source_signalled = true;
+      continue;
+    }
     const auto fd = static_cast<std::size_t>(ev.data.u64);
     if (fd >= st.fds.size() || st.fds[fd].events == 0) {
       continue;  // unregistered since the poll
+    }
+    if (PyObject* to = st.fds[fd].transport; to != nullptr) {
+      // The transport runs from the ready queue like a reader handle would,
+      // once per pass however many events it got.
+      auto* t = reinterpret_cast<loop::transport_object*>(to);
+      std::uint32_t mine = 0;
+      if (t->want_read && (ev.events & ~static_cast<std::uint32_t>(EPOLLOUT)) != 0) {
+        mine |= EPOLLIN;
+      }
+      if (t->want_write && (ev.events & ~static_cast<std::uint32_t>(EPOLLIN)) != 0) {
+        mine |= EPOLLOUT;
+      }
+      if (mine != 0) {
+        t->pending |= mine;
+        if (!t->queued) {
+          t->queued = true;
+          st.ready.push_back(Py_NewRef(to));
+        }
+      }
     }
     // As selectors.EpollSelector: anything but "only writable" wakes the
     // reader, anything but "only readable" wakes the writer (errors, hangups).
@@ -627,12 +794,23 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
   }
   ++st.ticks;
   drain_xthread(st);
+  // Writes made while the loop was not running (before run_forever, between
+  // run_until_complete calls) have not been flushed yet.
+  if (!st.flush_list.empty() && loop::flush_transports(st) < 0) {
+    return nullptr;
+  }
 
+  // The source runs after the cross-thread queue; work it handled (eager
+  // tasks, callbacks scheduled) means no sleep this pass.
+  int sourced = 0;
+  if (st.source != nullptr && (sourced = st.source->run()) < 0) {
+    return nullptr;
+  }
   int timeout_ms = -1;
-  if (!st.ready.empty() || st.stopping) {
+  if (!st.ready.empty() || st.stopping || sourced > 0) {
     timeout_ms = 0;
   } else if (!st.timers.empty()) {
-    const double delay = st.timers.top()->when - monotonic_now();
+    const double delay = st.timers.top_when() - monotonic_now();
     timeout_ms = delay <= 0 ? 0 : timeout_ms_for(delay);
   }
 
@@ -661,7 +839,14 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
     // keeps until the poll below, so for them the GIL alone orders push and
     // park; the re-check is what keeps producers that do not take this GIL
     // (C++ threads, the I/O thread's ring) from losing a wake-up.
-    if (st.parker.try_park([&] { return !st.xthread.empty(); })) {
+    // An attached source announces on its own parker after ours and
+    // re-checks its own ring; if it found work, ours is withdrawn.
+    bool may_sleep = st.parker.try_park([&] { return !st.xthread.empty(); });
+    if (may_sleep && st.source != nullptr && !st.source->try_park()) {
+      st.parker.cancel_park();
+      may_sleep = false;
+    }
+    if (may_sleep) {
       parked = true;
       ++st.parks;
     } else {
@@ -683,9 +868,13 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
       ++st.polls;
     }
   }
+  st.source_signalled = false;
   if (n < 0) {
     if (parked) {
       st.parker.unpark(false);
+      if (st.source != nullptr) {
+        st.source->unpark(false);
+      }
     }
     errno = -n;
     return PyErr_SetFromErrno(PyExc_OSError);
@@ -693,6 +882,9 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
   const int signalled = dispatch_events(self, st, n);
   if (parked) {
     st.parker.unpark(signalled > 0);
+    if (st.source != nullptr) {
+      st.source->unpark(st.source_signalled);
+    }
   }
   if (signalled < 0) {
     return nullptr;
@@ -703,10 +895,13 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
     return nullptr;
   }
   drain_xthread(st);
+  if (st.source != nullptr && st.source->run() < 0) {
+    return nullptr;
+  }
 
   // Due timers, in deadline order; the heap's reference moves to the queue.
   const double end_time = monotonic_now() + 1e-9;
-  while (!st.timers.empty() && st.timers.top()->when < end_time) {
+  while (!st.timers.empty() && st.timers.top_when() < end_time) {
     timer_handle_object* t = st.timers.pop();
     st.ready.push_back(reinterpret_cast<PyObject*>(t));
     ++st.timers_fired;
@@ -717,7 +912,9 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
     PyObject* item = st.ready.front();
     st.ready.pop_front();
     int rc = 0;
-    if (loop::is_own_handle(st, item)) {
+    if (reinterpret_cast<PyObject*>(Py_TYPE(item)) == st.transport_type) {
+      rc = loop::transport_run_ready(st, reinterpret_cast<loop::transport_object*>(item));
+    } else if (loop::is_own_handle(st, item)) {
       auto* h = reinterpret_cast<handle_object*>(item);
       if (!h->cancelled) {
         ++st.callbacks_dispatched;
@@ -736,8 +933,69 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
       rc = r == nullptr ? -1 : 0;
       Py_XDECREF(r);
     }
-    release(item);
+    loop::release_handle(st, item);
     if (rc < 0) {
+      return nullptr;
+    }
+  }
+  // The writes this pass made go out now, one send per transport, before
+  // the next poll.
+  if (!st.flush_list.empty() && loop::flush_transports(st) < 0) {
+    return nullptr;
+  }
+  if (st.source != nullptr) {
+    st.source->end_of_pass();  // one published batch per pass
+  }
+  Py_RETURN_NONE;
+}
+
+/// _attach_source(capsule): joins a loop_source (capsule "cadeloop.loop_source",
+/// whose context is the owner to keep alive) to every pass. Loop thread.
+PyObject* loop_attach_source(PyObject* self, PyObject* capsule) {
+  loop_state& st = state_of(self);
+  auto* src = static_cast<loop_source*>(PyCapsule_GetPointer(capsule, "cadeloop.loop_source"));
+  if (src == nullptr) {
+    return nullptr;
+  }
+  if (st.source != nullptr || st.closed) {
+    PyErr_SetString(PyExc_RuntimeError, st.closed ? "Event loop is closed" : "a source is already attached");
+    return nullptr;
+  }
+  if (const std::error_code ec = st.poller.add(src->fd(), runtime::poller::readable, source_token); ec) {
+    return os_error(ec);
+  }
+  PyObject* owner = static_cast<PyObject*>(PyCapsule_GetContext(capsule));
+  st.source = src;
+  st.source_owner = Py_NewRef(owner != nullptr ? owner : capsule);
+  Py_RETURN_NONE;
+}
+
+/// _detach_source(): the attached source leaves the loop (no-op if none). Loop thread.
+PyObject* loop_detach_source(PyObject* self, PyObject*) {
+  loop_state& st = state_of(self);
+  if (st.source != nullptr) {
+    (void)st.poller.remove(st.source->fd());
+    st.source = nullptr;
+    release(std::exchange(st.source_owner, nullptr));
+  }
+  Py_RETURN_NONE;
+}
+
+/// _run_until_stopped(): run_forever's inner loop (passes until stop()),
+/// without a Python frame per pass. Signal handlers still run between passes,
+/// as they would between the bytecodes of asyncio's own loop.
+PyObject* loop_run_until_stopped(PyObject* self, PyObject*) {
+  loop_state& st = state_of(self);
+  for (;;) {
+    PyObject* r = loop_run_once(self, nullptr);
+    if (r == nullptr) {
+      return nullptr;
+    }
+    Py_DECREF(r);
+    if (st.stopping) {
+      break;
+    }
+    if (PyErr_CheckSignals() < 0) {
       return nullptr;
     }
   }
@@ -757,6 +1015,11 @@ void release_objects(loop_state& st) {
   st.ready.clear();
   st.timers.clear([&](timer_handle_object* t) { drop.push_back(reinterpret_cast<PyObject*>(t)); });
   st.xthread.drain([&](PyObject*&& o) noexcept { drop.push_back(o); });
+  for (PyObject* o : st.flush_list) {
+    reinterpret_cast<loop::transport_object*>(o)->in_flush_list = false;
+    drop.push_back(o);
+  }
+  st.flush_list.clear();
   for (std::size_t fd = 0; fd < st.fds.size(); ++fd) {
     fd_entry& e = st.fds[fd];
     if (e.events != 0) {
@@ -768,11 +1031,21 @@ void release_objects(loop_state& st) {
     if (e.writer != nullptr) {
       drop.push_back(std::exchange(e.writer, nullptr));
     }
+    if (e.transport != nullptr) {
+      reinterpret_cast<loop::transport_object*>(e.transport)->attached = false;
+      --st.connections;
+      drop.push_back(std::exchange(e.transport, nullptr));
+    }
     e.events = 0;
   }
   st.fds_registered = 0;
+  if (st.source != nullptr) {
+    (void)st.poller.remove(st.source->fd());
+    st.source = nullptr;
+    drop.push_back(std::exchange(st.source_owner, nullptr));
+  }
   for (PyObject* o : drop) {
-    release(o);
+    loop::release_handle(st, o);
   }
 }
 
@@ -787,7 +1060,8 @@ PyObject* loop_release_core(PyObject* self, PyObject*) {
 PyObject* loop_core_stats(PyObject* self, PyObject*) {
   loop_state& st = state_of(self);
   return Py_BuildValue(
-      "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:n,s:n}", "backend", "epoll", "ticks",
+      "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:n,s:n,s:K,s:K,s:K,s:K}", "backend", "epoll",
+      "ticks",
       static_cast<unsigned long long>(st.ticks), "polls", static_cast<unsigned long long>(st.polls),
       "polls_elided", static_cast<unsigned long long>(st.polls_elided), "callbacks_dispatched",
       static_cast<unsigned long long>(st.callbacks_dispatched), "timers_fired",
@@ -798,7 +1072,11 @@ PyObject* loop_core_stats(PyObject* self, PyObject*) {
       static_cast<unsigned long long>(st.spin_hits), "parks", static_cast<unsigned long long>(st.parks),
       "ready_len", static_cast<Py_ssize_t>(st.ready.size()), "timers_len",
       static_cast<Py_ssize_t>(st.timers.size()), "fds_registered",
-      static_cast<Py_ssize_t>(st.fds_registered));
+      static_cast<Py_ssize_t>(st.fds_registered), "bytes_received",
+      static_cast<unsigned long long>(st.bytes_received), "bytes_sent",
+      static_cast<unsigned long long>(st.bytes_sent), "sends_posted",
+      static_cast<unsigned long long>(st.sends_posted), "connections",
+      static_cast<unsigned long long>(st.connections));
 }
 
 PyObject* loop_set_spin(PyObject* self, PyObject* args) {
@@ -831,6 +1109,14 @@ int set_closed(PyObject* self, PyObject* v, void*) { return set_flag(state_of(se
 PyObject* get_stopping(PyObject* self, void*) { return get_flag(state_of(self).stopping); }
 int set_stopping(PyObject* self, PyObject* v, void*) { return set_flag(state_of(self).stopping, v); }
 PyObject* get_debug(PyObject* self, void*) { return get_flag(state_of(self).debug); }
+PyObject* get_task_factory(PyObject* self, void*) {
+  PyObject* f = state_of(self).task_factory;
+  return Py_NewRef(f != nullptr ? f : Py_None);
+}
+int set_task_factory(PyObject* self, PyObject* value, void*) {
+  Py_XSETREF(state_of(self).task_factory, value == nullptr || value == Py_None ? nullptr : Py_NewRef(value));
+  return 0;
+}
 int set_debug(PyObject* self, PyObject* v, void*) { return set_flag(state_of(self).debug, v); }
 
 PyObject* loop_new(PyTypeObject* type, PyObject*, PyObject*) {
@@ -843,26 +1129,59 @@ PyObject* loop_new(PyTypeObject* type, PyObject*, PyObject*) {
     Py_DECREF(handle_type);
     return nullptr;
   }
-  PyObject* self = type->tp_alloc(type, 0);
+  PyObject* transport_type = PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "_transport_type");
+  PyObject* names[3] = {PyUnicode_InternFromString("data_received"), PyUnicode_InternFromString("get_buffer"),
+                        PyUnicode_InternFromString("buffer_updated")};
+  PyObject* self = nullptr;
+  if (transport_type != nullptr && names[0] != nullptr && names[1] != nullptr && names[2] != nullptr) {
+    self = type->tp_alloc(type, 0);
+  }
   if (self == nullptr) {
     Py_DECREF(handle_type);
     Py_DECREF(timer_type);
+    Py_XDECREF(transport_type);
+    for (PyObject* n : names) {
+      Py_XDECREF(n);
+    }
     return nullptr;
   }
   try {
     auto* st = new loop_state();
     st->handle_type = handle_type;
     st->timer_type = timer_type;
+    st->transport_type = transport_type;
+    st->str_data_received = names[0];
+    st->str_get_buffer = names[1];
+    st->str_buffer_updated = names[2];
     reinterpret_cast<loop_object*>(self)->state = st;
+    st->str_context = PyUnicode_InternFromString("context");
+    st->str_future = PyUnicode_InternFromString("Future");
+    st->str_task = PyUnicode_InternFromString("Task");
+    st->kw_loop = Py_BuildValue("(s)", "loop");
+    st->futures_module = PyImport_ImportModule("asyncio.futures");
+    st->tasks_module = PyImport_ImportModule("asyncio.tasks");
+    if (st->str_context == nullptr || st->str_future == nullptr || st->str_task == nullptr ||
+        st->kw_loop == nullptr || st->futures_module == nullptr || st->tasks_module == nullptr) {
+      Py_DECREF(self);  // dealloc drops what was made
+      return nullptr;
+    }
   } catch (const std::system_error& e) {
     Py_DECREF(handle_type);
     Py_DECREF(timer_type);
+    Py_DECREF(transport_type);
+    for (PyObject* n : names) {
+      Py_DECREF(n);
+    }
     Py_DECREF(self);
     errno = e.code().value();
     return PyErr_SetFromErrno(PyExc_OSError);
   } catch (const std::bad_alloc&) {
     Py_DECREF(handle_type);
     Py_DECREF(timer_type);
+    Py_DECREF(transport_type);
+    for (PyObject* n : names) {
+      Py_DECREF(n);
+    }
     Py_DECREF(self);
     return PyErr_NoMemory();
   }
@@ -876,23 +1195,38 @@ int loop_traverse(PyObject* self, visitproc visit, void* arg) {
     return 0;
   }
   for (PyObject* o : st->ready) {
-    Py_VISIT(o);
+    if (const int rc = loop::traverse_held(*st, o, visit, arg); rc != 0) {
+      return rc;
+    }
   }
   int rc = 0;
   st->timers.for_each([&](timer_handle_object* t) {
     if (rc == 0) {
-      rc = visit(reinterpret_cast<PyObject*>(t), arg);
+      rc = loop::traverse_held(*st, reinterpret_cast<PyObject*>(t), visit, arg);
     }
   });
   if (rc != 0) {
     return rc;
   }
   for (const fd_entry& e : st->fds) {
-    Py_VISIT(e.reader);
-    Py_VISIT(e.writer);
+    if (e.reader != nullptr && (rc = loop::traverse_held(*st, e.reader, visit, arg)) != 0) {
+      return rc;
+    }
+    if (e.writer != nullptr && (rc = loop::traverse_held(*st, e.writer, visit, arg)) != 0) {
+      return rc;
+    }
+    Py_VISIT(e.transport);
+  }
+  for (PyObject* o : st->flush_list) {
+    Py_VISIT(o);
   }
   Py_VISIT(st->handle_type);
   Py_VISIT(st->timer_type);
+  Py_VISIT(st->transport_type);
+  Py_VISIT(st->task_factory);
+  Py_VISIT(st->futures_module);
+  Py_VISIT(st->tasks_module);
+  Py_VISIT(st->source_owner);
   return 0;
 }
 
@@ -902,6 +1236,7 @@ int loop_clear(PyObject* self) {
     st->closed = true;
     st->released = true;
     release_objects(*st);
+    Py_CLEAR(st->task_factory);
   }
   return 0;
 }
@@ -914,6 +1249,17 @@ void loop_dealloc(PyObject* self) {
     release_objects(*lo->state);
     Py_CLEAR(lo->state->handle_type);
     Py_CLEAR(lo->state->timer_type);
+    Py_CLEAR(lo->state->transport_type);
+    Py_CLEAR(lo->state->str_data_received);
+    Py_CLEAR(lo->state->str_get_buffer);
+    Py_CLEAR(lo->state->str_buffer_updated);
+    Py_CLEAR(lo->state->str_context);
+    Py_CLEAR(lo->state->str_future);
+    Py_CLEAR(lo->state->str_task);
+    Py_CLEAR(lo->state->kw_loop);
+    Py_CLEAR(lo->state->futures_module);
+    Py_CLEAR(lo->state->tasks_module);
+    Py_CLEAR(lo->state->task_factory);
     delete std::exchange(lo->state, nullptr);
   }
   tp->tp_free(self);
@@ -934,7 +1280,13 @@ PyMethodDef loop_methods[] = {
     {"call_at", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_call_at)),
      METH_FASTCALL | METH_KEYWORDS, "call_at(when, callback, *args, context=None) -> TimerHandle."},
     {"time", loop_time, METH_NOARGS, "The loop's clock (CLOCK_MONOTONIC, as time.monotonic())."},
+    {"get_debug", loop_get_debug, METH_NOARGS, "Whether the loop is in debug mode. Any thread."},
+    {"create_future", loop_create_future, METH_NOARGS, "A new asyncio.Future bound to this loop. Loop thread."},
+    {"create_task", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_create_task)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "create_task(coro, *, name=None, context=None) -> Task: schedule a coroutine. Loop thread."},
     {"_run_once", loop_run_once, METH_NOARGS, nullptr},
+    {"_run_until_stopped", loop_run_until_stopped, METH_NOARGS, nullptr},
     {"_add_callback", loop_add_callback, METH_O, nullptr},
     {"_timer_handle_cancelled", loop_timer_handle_cancelled, METH_O, nullptr},
     {"_add_reader", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_add_reader)),
@@ -946,9 +1298,14 @@ PyMethodDef loop_methods[] = {
     {"_fd_key", loop_fd_key, METH_O, nullptr},
     {"_fd_list", loop_fd_list, METH_NOARGS, nullptr},
     {"_wake", loop_wake, METH_NOARGS, nullptr},
+    {"_make_transport_core",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_make_transport_core)), METH_FASTCALL,
+     nullptr},
     {"_release_core", loop_release_core, METH_NOARGS, nullptr},
     {"_core_stats", loop_core_stats, METH_NOARGS, nullptr},
     {"_set_spin", loop_set_spin, METH_VARARGS, nullptr},
+    {"_attach_source", loop_attach_source, METH_O, nullptr},
+    {"_detach_source", loop_detach_source, METH_NOARGS, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -956,6 +1313,7 @@ PyGetSetDef loop_getsets[] = {
     {"_closed", get_closed, set_closed, nullptr, nullptr},
     {"_stopping", get_stopping, set_stopping, nullptr, nullptr},
     {"_debug", get_debug, set_debug, nullptr, nullptr},
+    {"_task_factory", get_task_factory, set_task_factory, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -977,6 +1335,14 @@ PyType_Spec loop_spec = {"cadeloop._core.LoopCore", static_cast<int>(sizeof(loop
 
 namespace loop {
 
+bool update_interest(loop_state& st, int fd) {
+  fd_entry* e = entry_for(st, fd, false);
+  if (e == nullptr) {
+    return true;
+  }
+  return apply_interest(st, fd, *e, desired_events(*e));
+}
+
 loop_state::loop_state() : events(256) {
   const std::error_code ec = poller.add(parker.fd(), runtime::poller::readable, wake_token);
   if (ec) {
@@ -990,19 +1356,24 @@ void register_loop(pybind11::module_& m) {
   PyObject* module = m.ptr();
   PyObject* handle_type = nullptr;
   PyObject* timer_type = nullptr;
-  if (loop::add_handle_types(module, &handle_type, &timer_type) < 0) {
+  PyObject* transport_type = nullptr;
+  if (loop::add_handle_types(module, &handle_type, &timer_type) < 0 ||
+      loop::add_transport_type(module, &transport_type) < 0) {
     Py_XDECREF(handle_type);
     Py_XDECREF(timer_type);
+    Py_XDECREF(transport_type);
     throw pybind11::error_already_set();
   }
   PyObject* loop_type = PyType_FromModuleAndSpec(module, &loop_spec, nullptr);
   bool ok = loop_type != nullptr &&
             PyObject_SetAttrString(loop_type, "_handle_type", handle_type) == 0 &&
             PyObject_SetAttrString(loop_type, "_timer_handle_type", timer_type) == 0 &&
+            PyObject_SetAttrString(loop_type, "_transport_type", transport_type) == 0 &&
             PyModule_AddObjectRef(module, "LoopCore", loop_type) == 0;
   Py_XDECREF(loop_type);
   Py_DECREF(handle_type);
   Py_DECREF(timer_type);
+  Py_DECREF(transport_type);
   if (!ok) {
     throw pybind11::error_already_set();
   }

@@ -20,6 +20,7 @@
 #include "cadeloop/runtime/poller.hpp"
 #include "cadeloop/runtime/timer_heap.hpp"
 #include "cadeloop/runtime/xthread_queue.hpp"
+#include "loop_source.hpp"
 
 namespace cadeloop::pyhost::loop {
 
@@ -48,11 +49,50 @@ struct timer_handle_object {
 };
 
 /// Interest in one fd, as the selector loop keeps it: a reader and a writer
-/// handle (either may be absent) and the epoll mask registered for them.
+/// handle (either may be absent), the C++ socket transport that owns the fd
+/// (if any), and the epoll mask registered for all of them.
 struct fd_entry {
   PyObject* reader = nullptr;
   PyObject* writer = nullptr;
+  PyObject* transport = nullptr;  // a transport_object; strong
   std::uint32_t events = 0;
+};
+
+/// One queued write: a bytes object (the caller's, or a copy of a mutable
+/// buffer) and how much of it is already sent.
+struct write_chunk {
+  PyObject* bytes;  // strong
+  Py_ssize_t offset;
+};
+
+/// The C++ half of cadeloop's socket transport (cadeloop._loop._SocketTransport
+/// is the Python half): the read path straight from epoll to the protocol,
+/// the write buffer with one send per transport per loop pass, and the flow
+/// control flags. Created, used and destroyed on the loop thread.
+struct transport_object {
+  PyObject_HEAD
+  PyObject* loop;          // the LoopCore (strong)
+  PyObject* owner;         // the Python transport (strong until release())
+  PyObject* protocol;      // strong until release()
+  PyObject* empty_waiter;  // asyncio's sendfile waiter, or NULL
+  int fd;
+  bool buffered;           // the protocol is an asyncio.BufferedProtocol
+  bool attached;           // in the loop's fd table
+  bool want_read;          // reading: not paused, not closing, not at EOF
+  bool want_write;         // EPOLLOUT wanted: data left after a send
+  bool in_flush_list;      // queued for the end-of-pass flush
+  bool queued;             // in the ready queue with `pending` events
+  bool paused;             // pause_reading() in effect
+  bool closing;
+  bool eof;                // write_eof() called
+  bool protocol_paused;    // pause_writing() was called on the protocol
+  std::uint32_t pending;   // epoll events waiting in the ready queue
+  std::uint64_t flushed_tick;  // the loop pass of the last send
+  Py_ssize_t conn_lost;
+  Py_ssize_t high_water;
+  Py_ssize_t low_water;
+  Py_ssize_t buffered_bytes;
+  std::deque<write_chunk>* chunks;  // owned
 };
 
 /// The loop's state. Owned by its LoopCore object, touched only by the thread
@@ -69,8 +109,24 @@ struct loop_state {
   std::size_t fds_registered = 0;
   std::vector<epoll_event> events;
 
-  PyObject* handle_type = nullptr;  // strong
-  PyObject* timer_type = nullptr;   // strong
+  PyObject* handle_type = nullptr;     // strong
+  PyObject* timer_type = nullptr;      // strong
+  PyObject* transport_type = nullptr;  // strong
+  PyObject* str_data_received = nullptr;   // interned names, strong
+  PyObject* str_get_buffer = nullptr;
+  PyObject* str_buffer_updated = nullptr;
+  PyObject* str_context = nullptr;
+  PyObject* str_future = nullptr;            // "Future"
+  PyObject* str_task = nullptr;              // "Task"
+  PyObject* kw_loop = nullptr;               // ("loop",) for Future(loop=...)
+  PyObject* futures_module = nullptr;        // asyncio.futures (read at each call: tests patch it)
+  PyObject* tasks_module = nullptr;          // asyncio.tasks
+  PyObject* task_factory = nullptr;          // loop._task_factory, NULL for None
+
+  // Transports with writes queued in this pass; each holds a reference and
+  // is flushed (one send) before the next poll.
+  std::vector<PyObject*> flush_list;
+  std::vector<char> read_buffer;  // recv scratch for data_received protocols
 
   bool closed = false;
   bool stopping = false;
@@ -93,6 +149,17 @@ struct loop_state {
   std::uint64_t spins = 0;
   std::uint64_t spin_hits = 0;
   std::uint64_t parks = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t sends_posted = 0;
+  std::uint64_t connections = 0;  // live transports in the fd table
+
+  // A native source (the core pair's inbound ring) run in every pass; see
+  // loop_source.hpp. Attached by _attach_source(capsule); source_owner keeps
+  // the object that owns it alive while attached.
+  loop_source* source = nullptr;
+  PyObject* source_owner = nullptr;  // strong
+  bool source_signalled = false;     // its fd was in the last poll's events
 };
 
 /// The C part of a LoopCore instance.
@@ -113,10 +180,52 @@ int run_handle(handle_object* h);
 /// Takes a timer out of its loop's heap if it is there (cancel()).
 void unschedule_timer(timer_handle_object* t);
 
+/// Creates the SocketTransportCore type for this interpreter and adds it to
+/// `module`. Returns -1 with an exception set on failure.
+int add_transport_type(PyObject* module, PyObject** transport_type);
+
+/// A new transport core for `fd`, owned by the Python transport `owner`,
+/// entered in the loop's fd table (with no interest yet). New reference.
+PyObject* new_transport(PyObject* loop, PyObject* owner, int fd);
+
+/// Runs the epoll events a transport found in the ready queue (read, then
+/// flush on writable). Returns -1 only for what must stop the loop.
+int transport_run_ready(loop_state& st, transport_object* t);
+
+/// Flushes every transport written to in this pass: one send each.
+/// Returns -1 only for what must stop the loop.
+int flush_transports(loop_state& st);
+
+/// Recomputes and applies the epoll interest of `fd` from its reader,
+/// writer and transport. Returns false with an exception set on failure.
+bool update_interest(loop_state& st, int fd);
+
 /// Whether `o` is one of this loop's own handle types.
 inline bool is_own_handle(const loop_state& st, PyObject* o) {
   PyObject* tp = reinterpret_cast<PyObject*>(Py_TYPE(o));
   return tp == st.handle_type || tp == st.timer_type;
+}
+
+/// The loop's tp_traverse step for an object it holds. A handle only the
+/// loop holds (untracked, one reference) is traversed as part of the loop:
+/// its callback, arguments, context and loop count as the loop's own edges,
+/// so an abandoned loop whose queued callbacks lead back to it is still
+/// found by the cycle collector. An untracked handle someone else also holds
+/// is visited as an opaque object (kept alive, conservatively).
+int traverse_held(const loop_state& st, PyObject* o, visitproc visit, void* arg);
+
+/// Drops a reference the loop held. The loop's own handles are made
+/// untracked by the cycle collector: while the loop holds one (ready queue,
+/// timer heap, fd table) it is reachable anyway, and most are freed the
+/// moment the loop lets go, so tracking them only made every collection walk
+/// hundreds of thousands of queued handles. A handle that outlives the
+/// loop's custody (someone else still holds it, and may close a cycle
+/// through it) is tracked from then on.
+inline void release_handle(const loop_state& st, PyObject* o) {
+  if (Py_REFCNT(o) > 1 && is_own_handle(st, o) && !PyObject_GC_IsTracked(o)) {
+    PyObject_GC_Track(o);
+  }
+  Py_DECREF(o);
 }
 
 }  // namespace cadeloop::pyhost::loop

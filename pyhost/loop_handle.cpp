@@ -370,12 +370,19 @@ int run_handle(handle_object* h) {
   return rc;
 }
 
+int traverse_held(const loop_state& st, PyObject* o, visitproc visit, void* arg) {
+  if (is_own_handle(st, o) && Py_REFCNT(o) == 1 && !PyObject_GC_IsTracked(o)) {
+    return handle_traverse(o, visit, arg);
+  }
+  return visit(o, arg);
+}
+
 void unschedule_timer(timer_handle_object* t) {
   loop_state& st = state_of(t->base.loop);
   // The heap's reference is dropped after the heap is consistent again; the
   // caller holds its own, so this never frees t.
   if (st.timers.remove(t)) {
-    Py_DECREF(reinterpret_cast<PyObject*>(t));
+    release_handle(st, reinterpret_cast<PyObject*>(t));
   }
 }
 

@@ -13,4 +13,5 @@ PYBIND11_MODULE(_core, m, pybind11::multiple_interpreters::per_interpreter_gil()
   m.doc() = "cadeloop's native core";
   cadeloop::pyhost::register_info(m);
   cadeloop::pyhost::register_loop(m);
+  cadeloop::pyhost::register_server(m);
 }

@@ -26,6 +26,7 @@ inbound_message app_side::adopt(const inbound_event& ev) noexcept {
       m.unsent = ev.size;
       break;
     case inbound_kind::disconnect:
+    case inbound_kind::peer_eof:
       break;
   }
   return m;

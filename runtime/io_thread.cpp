@@ -257,6 +257,13 @@ void io_thread::on_disconnect(net::connection_id conn) {
   ch_.inbound.stage(ev);
 }
 
+void io_thread::on_peer_eof(net::connection_id conn) {
+  inbound_event ev;
+  ev.kind = inbound_kind::peer_eof;
+  ev.conn = conn;
+  ch_.inbound.stage(ev);
+}
+
 void io_thread::on_drained(net::connection_id conn, std::uint64_t unsent) {
   inbound_event ev;
   ev.kind = inbound_kind::drained;

@@ -36,6 +36,8 @@ HERE = Path(__file__).resolve().parent
 PEERS = ROOT / "build" / "bench-peers"
 RESULTS = ROOT / "bench" / "results"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# cadeloop writes its core pair's counters here on SIGUSR1 (and at exit).
+STATS_FILE = Path("/tmp") / f"cadeloop-bench-stats-{os.getpid()}.json"
 
 # Each peer gets its own venv so their dependencies never mix with ours.
 PEER_PACKAGES = {
@@ -63,7 +65,8 @@ def servers(port: int) -> dict[str, Server]:
     return {
         "cadeloop": Server(
             "cadeloop",
-            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1"],
+            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE)],
             str(ROOT / ".venv/bin/python"),
         ),
         "uvicorn": Server(
@@ -208,6 +211,20 @@ def run_wrk(port: int, w: Workload, duration: int, load_cpu: int) -> tuple[dict,
     return figures, (errors.strip() + ("" if figures.get("requests") else " wrk: " + out[-300:])).strip()
 
 
+def pair_stats(server: Server, pid: int) -> dict:
+    """cadeloop's counters now (SIGUSR1 makes it write them), or {} for the peers."""
+    if server.name != "cadeloop":
+        return {}
+    STATS_FILE.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR1)
+    for _ in range(100):
+        try:
+            return json.loads(STATS_FILE.read_text())
+        except (OSError, ValueError):
+            time.sleep(0.02)
+    return {}
+
+
 def measure(server: Server, workloads: list[Workload], args: argparse.Namespace) -> list[Result]:
     results = []
     env = dict(os.environ, PYTHONPATH=str(HERE))
@@ -219,14 +236,26 @@ def measure(server: Server, workloads: list[Workload], args: argparse.Namespace)
             return [Result(server.name, w.name, errors=f"did not start: {err.strip()}") for w in workloads]
         for w in workloads:
             run_wrk(args.port, w, args.warmup, args.load_cpu)  # warm-up, not counted
+            stats_before = pair_stats(server, proc.pid)
             before = cpu_seconds(proc.pid)
             figures, errors = run_wrk(args.port, w, args.duration, args.load_cpu)
             after = cpu_seconds(proc.pid)
+            stats_after = pair_stats(server, proc.pid)
+            extra = {}
+            if stats_before and stats_after:
+                d = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after if isinstance(stats_after[k], int)}
+                reqs = max(d.get("requests", 0), 1)
+                extra = {"wakeups_per_request": (d.get("wakeups_to_app", 0) + d.get("wakeups_to_io", 0)) / reqs,
+                         "wakeups_to_app_per_request": d.get("wakeups_to_app", 0) / reqs,
+                         "wakeups_to_io_per_request": d.get("wakeups_to_io", 0) / reqs,
+                         "eager_completed_share": d.get("eager_completed", 0) / reqs}
             results.append(Result(server.name, w.name, rps=figures.get("rps", 0.0),
                                   requests=figures.get("requests", 0), p50_us=figures.get("p50", float("nan")),
-                                  p99_us=figures.get("p99", float("nan")), cpu_s=after - before, errors=errors))
+                                  p99_us=figures.get("p99", float("nan")), cpu_s=after - before, errors=errors,
+                                  extra=extra))
+            wake = f"  wake-ups/req {extra['wakeups_per_request']:.3f}" if extra else ""
             print(f"  {server.name:28} {w.name:32} {results[-1].rps:10.0f} req/s "
-                  f"{results[-1].cpu_us_per_request:7.1f} us CPU/req  p50 {results[-1].p50_us:8.0f} us  {errors}")
+                  f"{results[-1].cpu_us_per_request:7.1f} us CPU/req  p50 {results[-1].p50_us:8.0f} us{wake}  {errors}")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -255,16 +284,17 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str) 
         f"{args.duration} s measured after {args.warmup} s warm-up per workload",
         "- CPU/request: utime+stime of the server's whole process tree from /proc/PID/stat over the measured run,"
         " divided by the requests wrk completed", "",
-        "| workload | server | req/s | ratio to uvicorn | CPU µs/request | p50 µs | p99 µs | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| workload | server | req/s | ratio to uvicorn | CPU µs/request | p50 µs | p99 µs | wake-ups/req | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for w in dict.fromkeys(r.workload for r in results):
         rows = [r for r in results if r.workload == w]
         base = next((r.rps for r in rows if r.server.startswith("uvicorn") and r.rps), 0.0)
         for r in rows:
             ratio = f"{r.rps / base:.2f}" if base and r.rps else ""
+            wake = f"{r.extra['wakeups_per_request']:.3f}" if "wakeups_per_request" in r.extra else ""
             lines.append(f"| {w} | {r.server} | {r.rps:.0f} | {ratio} | {r.cpu_us_per_request:.1f} | "
-                         f"{r.p50_us:.0f} | {r.p99_us:.0f} | {r.errors} |")
+                         f"{r.p50_us:.0f} | {r.p99_us:.0f} | {wake} | {r.errors} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     stem.with_suffix(".json").write_text(json.dumps(
         {"command": command, "machine": machine(), "date": day,

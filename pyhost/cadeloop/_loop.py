@@ -2,12 +2,12 @@
 
 `Loop` inherits from `_core.LoopCore` (C++: ready queue, timer heap, run-once
 step with the epoll poll, check-before-park wake-ups, the fd interest table,
-call_soon/call_later/call_at/call_soon_threadsafe) and from asyncio's own
-selector event loop, whose Python code supplies what is not hot yet:
-run_forever/run_until_complete, tasks and futures, the exception handler,
-executors and DNS, sock_* methods, TCP/Unix/UDP transports and servers
-(asyncio's selector transports, driven by the C++ poller), signals,
-subprocesses and TLS.
+call_soon/call_later/call_at/call_soon_threadsafe, and the hot half of the
+TCP/Unix socket transports) and from asyncio's own selector event loop, whose
+Python code supplies what is not hot yet: run_forever/run_until_complete,
+tasks and futures, the exception handler, executors and DNS, sock_* methods,
+the accept path of servers, UDP and pipe transports, signals, subprocesses and
+TLS (asyncio's SSL protocol over cadeloop's socket transports).
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import selectors
+import socket
 import sys
-from asyncio import base_events, format_helpers, selector_events
+import warnings
+from asyncio import base_events, format_helpers, protocols, selector_events
+from asyncio.log import logger
 from typing import Any, Coroutine, Iterator, Mapping, TypeVar
 
 from . import _core
@@ -123,6 +126,168 @@ class _SelectorView(selectors.BaseSelector):
         pass
 
 
+# --- socket transports -------------------------------------------------------------
+
+
+def _core_field(name: str, doc: str) -> property:
+    def get(self: Any) -> Any:
+        return getattr(self._core, name)
+
+    def set_(self: Any, value: Any) -> None:
+        setattr(self._core, name, value)
+
+    return property(get, set_, doc=doc)
+
+
+class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignore[misc,name-defined]
+    """A TCP or Unix stream socket transport whose hot half is C++.
+
+    `_core` (`_core.SocketTransportCore`) reads from epoll straight into the
+    protocol (data_received, or get_buffer/buffer_updated), queues writes and
+    sends them with one send per transport per loop pass, and keeps the flow
+    control state. This class is asyncio's selector socket transport with that
+    state moved into the core: close, abort, fatal errors, connection_lost,
+    extra info, repr, sendfile and start_tls stay asyncio's code. Loop thread
+    only; the loop's fd table owns the core until connection_lost.
+    """
+
+    # asyncio's __init__ assigns a buffer; the core is the buffer (len() is
+    # the bytes queued, clear() drops them).
+    _buffer = property(lambda self: self._core, lambda self, value: None)
+    _closing = _core_field("closing", "close() was called (reading stops with it)")
+    _conn_lost = _core_field("conn_lost", "connection_lost is scheduled (count of lost writes)")
+    _eof = _core_field("eof", "write_eof() was called")
+    _paused = _core_field("paused", "pause_reading() is in effect")
+    _protocol_paused = _core_field("protocol_paused", "pause_writing() was called on the protocol")
+    _high_water = _core_field("high_water", "write buffer high-water mark")
+    _low_water = _core_field("low_water", "write buffer low-water mark")
+    _empty_waiter = _core_field("empty_waiter", "sendfile's wait for an empty write buffer")
+
+    def __init__(self, loop: Loop, sock: socket.socket, protocol: Any, waiter: Any = None,
+                 extra: Any = None, server: Any = None) -> None:
+        core = loop._make_transport_core(self, sock.fileno())
+        self._core = core
+        # The hot methods are the core's, bound on the instance: a protocol's
+        # transport.write() is one C call, no Python frame.
+        self.write = core.write
+        self.writelines = core.writelines
+        try:
+            super().__init__(loop, sock, protocol, waiter, extra, server)
+        except BaseException:
+            core.release()  # out of the loop's fd table; the caller closes the socket
+            raise
+
+    def set_protocol(self, protocol: Any) -> None:
+        core = self._core
+        old = self.__dict__.get("_protocol")
+        if core.protocol_paused and old is not None and protocol is not old:
+            # Writes of this pass paused the old protocol and are not sent yet
+            # (asyncio would have sent them in write()): send them now, so the
+            # old protocol is resumed as it would have been. If the socket is
+            # really full, the old protocol is resumed anyway: the pause/resume
+            # pair belongs to one protocol, and the new one starts unpaused.
+            core.flush()
+            if core.protocol_paused:
+                core.protocol_paused = False
+                try:
+                    old.resume_writing()
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._loop.call_exception_handler({
+                        "message": "protocol.resume_writing() failed",
+                        "exception": exc,
+                        "transport": self,
+                        "protocol": old,
+                    })
+        super().set_protocol(protocol)
+        core.set_protocol(protocol, isinstance(protocol, protocols.BufferedProtocol))
+        if core.buffer_size > core.high_water:
+            self._maybe_pause_protocol()
+
+    def _add_reader(self, fd: int, callback: Any, *args: Any) -> None:
+        # asyncio starts (and resumes) reading with _add_reader(fd, self._read_ready).
+        if self.is_reading():
+            self._core.start_reading()
+
+    def pause_reading(self) -> None:
+        if self._core.pause_reading() and self._loop.get_debug():
+            logger.debug("%r pauses reading", self)
+
+    def resume_reading(self) -> None:
+        if self._core.resume_reading() and self._loop.get_debug():
+            logger.debug("%r resumes reading", self)
+
+    def get_write_buffer_size(self) -> int:
+        return self._core.buffer_size
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if not self._core.buffer_size:
+            self._conn_lost += 1
+            self._loop.call_soon(self._call_connection_lost, None)
+        # Otherwise the flush that empties the buffer calls connection_lost.
+
+    def _force_close(self, exc: BaseException | None) -> None:
+        if self._conn_lost:
+            return
+        self._core.discard()
+        self._closing = True
+        self._conn_lost += 1
+        self._loop.call_soon(self._call_connection_lost, exc)
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        core = self._core
+        # Out of the loop's fd table before asyncio closes the socket and the
+        # fd number can be reused.
+        core.unregister()
+        try:
+            super()._call_connection_lost(exc)
+        finally:
+            core.release()
+
+    def write_eof(self) -> None:
+        if self._closing or self._eof:
+            return
+        self._eof = True
+        if not self._core.buffer_size:
+            self._sock.shutdown(socket.SHUT_WR)
+
+    def _make_empty_waiter(self) -> Any:
+        if self._empty_waiter is not None:
+            raise RuntimeError("Empty waiter is already set")
+        waiter = self._loop.create_future()
+        if not self._core.buffer_size:
+            waiter.set_result(None)
+        self._empty_waiter = waiter
+        return waiter
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        core = self.__dict__.get("_core")
+        if core is not None and self._sock is not None:
+            core.unregister()
+        super().__del__(_warn)
+
+    # --- called from C++ -----------------------------------------------------------
+
+    def _cadeloop_drained(self) -> None:
+        """A flush emptied the buffer: what asyncio's _write_ready does then."""
+        if self._empty_waiter is not None:
+            self._empty_waiter.set_result(None)
+        if self._closing:
+            self._call_connection_lost(None)
+        elif self._eof:
+            self._sock.shutdown(socket.SHUT_WR)
+
+    def _cadeloop_write_error(self, exc: BaseException) -> None:
+        self._core.discard()
+        self._fatal_error(exc, "Fatal write error on socket transport")
+        if self._empty_waiter is not None:
+            self._empty_waiter.set_exception(exc)
+
+
 # --- the loop ---------------------------------------------------------------------
 
 
@@ -188,6 +353,20 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         self._add_callback(handle)
         self._write_to_self()
 
+    if hasattr(base_events.BaseEventLoop, "_run_forever_setup"):  # 3.12+
+
+        def run_forever(self) -> None:
+            """Run until stop() is called: asyncio's set-up and clean-up around a C++ loop of passes."""
+            try:
+                self._run_forever_setup()
+                self._run_until_stopped()
+            finally:
+                self._run_forever_cleanup()
+
+    def _make_socket_transport(self, sock: socket.socket, protocol: Any, waiter: Any = None, *,
+                               extra: Any = None, server: Any = None) -> _SocketTransport:
+        return _SocketTransport(self, sock, protocol, waiter, extra, server)
+
     def close(self) -> None:
         if self.is_running():
             raise RuntimeError("Cannot close a running event loop")
@@ -201,19 +380,13 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
     def stats(self) -> dict[str, Any]:
         """The loop's counters. Loop thread.
 
-        Counted in C++: ticks, polls, polls_elided, parks, callbacks_dispatched,
-        timers_fired, xthread_items, wakeups_sent, spins, spin_hits, ready_len,
-        timers_len, fds_registered. connections is the number of live socket
-        transports. bytes_received, bytes_sent and sends_posted are None: the
-        transports are still asyncio's Python ones, which cadeloop does not
-        meter yet.
+        All counted in C++: ticks, polls, polls_elided, parks,
+        callbacks_dispatched, timers_fired, xthread_items, wakeups_sent, spins,
+        spin_hits, ready_len, timers_len, fds_registered, and for the socket
+        transports: connections (live now), bytes_received, bytes_sent and
+        sends_posted (send/sendmsg calls, at most one per transport per pass).
         """
-        s = self._core_stats()
-        s["connections"] = 0 if self._transports is None else len(self._transports)
-        s["bytes_received"] = None
-        s["bytes_sent"] = None
-        s["sends_posted"] = None
-        return s
+        return self._core_stats()
 
     # --- called from C++ ---------------------------------------------------------
 
@@ -237,6 +410,13 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
             # through a traceback; drop the handle so it does not keep the
             # callback (a task, say) alive with it. asyncio does the same.
             handle = None
+
+    def _cadeloop_create_task(self, *args: Any, **kwargs: Any) -> Any:
+        """create_task() with a task factory, in debug mode or with odd arguments: asyncio's code."""
+        task = base_events.BaseEventLoop.create_task(self, *args, **kwargs)
+        if self._task_factory is None and task._source_traceback:
+            del task._source_traceback[-1]  # this frame, as asyncio drops its own
+        return task
 
     def _cadeloop_run_foreign(self, handle: Any) -> None:
         if not handle._cancelled:

@@ -8,7 +8,9 @@ running this script), with:
   there when a module resets it with set_event_loop_policy(None)), so
   asyncio.new_event_loop(), asyncio.run() and asyncio.Runner make cadeloop loops;
 - every test case's create_event_loop() (test_events, test_sock_lowlevel,
-  test_sendfile, ... build "real loop" suites that way) returning cadeloop.Loop();
+  test_sendfile, ... build "real loop" suites that way) returning cadeloop.Loop(),
+  and so does new_loop() where a case defines it as asyncio.SelectorEventLoop()
+  (the selector suites of test_buffered_proto, test_server, test_sslproto);
 - the cases listed in skips.py skipped, each with its one-line reason.
 
 A test counts as *on cadeloop* when it created at least one cadeloop.Loop;
@@ -56,9 +58,21 @@ asyncio.set_event_loop_policy = asyncio.events.set_event_loop_policy = _set_poli
 _set_policy(None)
 
 mod = importlib.import_module("test.test_asyncio." + module_name)
+import inspect
 for obj in list(vars(mod).values()):
-    if isinstance(obj, type) and issubclass(obj, unittest.TestCase) and hasattr(obj, "create_event_loop"):
-        obj.create_event_loop = lambda self: cadeloop.Loop()
+    if isinstance(obj, type) and issubclass(obj, unittest.TestCase):
+        if hasattr(obj, "create_event_loop"):
+            obj.create_event_loop = lambda self: cadeloop.Loop()
+        # The selector variants of test_buffered_proto, test_server and
+        # test_sslproto make their loop with an explicit SelectorEventLoop().
+        own_new_loop = obj.__dict__.get("new_loop")
+        if own_new_loop is not None:
+            try:
+                source = inspect.getsource(own_new_loop)
+            except (OSError, TypeError):
+                source = ""
+            if "asyncio.SelectorEventLoop()" in source:
+                obj.new_loop = lambda self: cadeloop.Loop()
 
 skips = skipped_ids(module_name, sys.version_info[:2])
 

@@ -19,9 +19,10 @@ RUNNER = ROOT / "tests" / "conformance" / "run_asyncio_tests.py"
 # First conformance run: every test that ran passed (ratio 1.0) on both; the
 # ratio floor leaves room for a couple of timing-sensitive CPython tests on a
 # loaded machine, the on-cadeloop floors are the counts reached (964, 838)
-# less about 1%.
+# less about 1%. Raised when the runner gave the selector suites of
+# test_buffered_proto, test_server and test_sslproto cadeloop loops (978, 852).
 MIN_PASS_RATIO = 0.998
-MIN_PASSED_ON_CADELOOP = {(3, 11): 830, (3, 13): 955}
+MIN_PASSED_ON_CADELOOP = {(3, 11): 843, (3, 13): 968}
 
 
 @pytest.mark.timeout(900)

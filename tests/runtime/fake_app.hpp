@@ -215,6 +215,7 @@ class fake_app {
         }
         break;
       case runtime::inbound_kind::drained:
+      case runtime::inbound_kind::peer_eof:
         break;
     }
     recycle(m);

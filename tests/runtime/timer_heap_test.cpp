@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
+#include <utility>
 #include <vector>
 
 namespace cadeloop::runtime {
@@ -77,6 +79,45 @@ TEST(timer_heap, clear_empties_before_handing_nodes_out) {
     ++seen;
   });
   EXPECT_EQ(seen, timers.size());
+}
+
+TEST(timer_heap, interleaved_push_remove_pop_matches_a_sorted_reference) {
+  // Coarse deadlines so ties are common: (when, arrival) must order them.
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> when(0, 50);
+  std::uniform_int_distribution<int> op(0, 9);
+  std::vector<timer> timers(20000);
+  timer_heap<timer> heap;
+  std::set<std::pair<double, std::uint64_t>> reference;
+  std::vector<std::size_t> live;
+  std::size_t next = 0;
+  for (int step = 0; step < 60000; ++step) {
+    const int o = op(rng);
+    if (o < 5 && next < timers.size()) {
+      timer& t = timers[next++];
+      t.when = when(rng);
+      heap.push(&t);
+      reference.emplace(t.when, t.seq);
+      live.push_back(next - 1);
+    } else if (o < 8 && !live.empty()) {
+      const std::size_t k = std::uniform_int_distribution<std::size_t>(0, live.size() - 1)(rng);
+      timer& t = timers[live[k]];
+      const bool was_in = timer_heap<timer>::contains(t);
+      EXPECT_EQ(heap.remove(&t), was_in);
+      if (was_in) {
+        reference.erase({t.when, t.seq});
+      }
+      live[k] = live.back();
+      live.pop_back();
+    } else if (!heap.empty()) {
+      ASSERT_FALSE(reference.empty());
+      EXPECT_EQ(heap.top_when(), reference.begin()->first);
+      timer* t = heap.pop();
+      EXPECT_EQ(std::make_pair(t->when, t->seq), *reference.begin());
+      reference.erase(reference.begin());
+    }
+    ASSERT_EQ(heap.size(), reference.size());
+  }
 }
 
 }  // namespace

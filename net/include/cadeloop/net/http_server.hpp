@@ -117,6 +117,11 @@ class event_sink {
   /// The connection's unsent output fell to `unsent` bytes (<= the low mark)
   /// after the app asked for a notice. I/O thread.
   virtual void on_drained(connection_id conn, std::uint64_t unsent) = 0;
+  /// The client closed its sending side (EOF) while requests of the
+  /// connection were in flight; it may have gone entirely, which only a
+  /// write would reveal. At most once per connection, before its
+  /// `on_disconnect`. I/O thread.
+  virtual void on_peer_eof(connection_id /*conn*/) {}
 };
 
 /// Options of one `http_server::send`. Plain data.

@@ -26,6 +26,8 @@ enum class inbound_kind : std::uint8_t {
   body,        ///< a piece of a request body; the last has `more_body == false`
   disconnect,  ///< the connection is gone; the last message naming it
   drained,     ///< the connection's unsent output fell to the low mark (asked for by `send_options::notify_drained`)
+  peer_eof,    ///< the client closed its sending side while requests were in flight: it may be gone
+               ///< (long-poll and streaming apps treat it as http.disconnect); answers may still be sent
 };
 
 /// The raw inbound ring item. Plain data: `data` is an `http::request_head*`
@@ -50,7 +52,8 @@ struct inbound_event {
 ///
 /// Per connection, messages arrive in this order: `request` (seq 0), its body
 /// pieces if any, `request` (seq 1), ... interleaved with `drained`; a
-/// connection that produced a `request` ends with exactly one `disconnect`.
+/// connection that produced a `request` ends with exactly one `disconnect`
+/// (at most one `peer_eof` may come before it).
 struct inbound_message {
   inbound_kind kind = inbound_kind::disconnect;
   /// The connection; use it (and `request`) in every reply.

@@ -59,6 +59,7 @@ class io_thread final : public net::event_sink {
   void on_body(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes, bool more_body) override;
   void on_disconnect(net::connection_id conn) override;
   void on_drained(net::connection_id conn, std::uint64_t unsent) override;
+  void on_peer_eof(net::connection_id conn) override;
 
  private:
   void run() noexcept;

@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""One loop benchmark workload on one loop implementation, in this process.
+
+    python bench/loop/workloads.py LOOP WORKLOAD      # LOOP: asyncio | cadeloop | uvloop
+
+Prints one JSON line {"value": ..., "unit": ...}: operations per second
+(higher is better). bench/loop/run.py starts one fresh process per sample so
+no run inherits another's heap, caches or JIT-less warm-up.
+
+The TCP echo workloads run the server and its clients on the same loop in
+this process (protocol-based: asyncio.Protocol on both sides, no streams), so
+the figure is the loop's cost for both ends of every connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+Loop = asyncio.AbstractEventLoop
+
+
+def make_loop(name: str) -> Loop:
+    if name == "asyncio":
+        return asyncio.SelectorEventLoop()
+    if name == "cadeloop":
+        import cadeloop
+
+        return cadeloop.Loop()
+    if name == "uvloop":
+        import uvloop  # type: ignore[import-not-found]
+
+        return uvloop.new_event_loop()
+    raise SystemExit(f"unknown loop {name!r}")
+
+
+# --------------------------------------------------------------- scheduling
+
+
+def call_soon_chain(loop: Loop, n: int = 500_000) -> float:
+    """One callback at a time, each scheduling the next: the cost of one loop pass."""
+    left = n
+
+    def step() -> None:
+        nonlocal left
+        left -= 1
+        if left:
+            loop.call_soon(step)
+        else:
+            loop.stop()
+
+    loop.call_soon(step)
+    t0 = time.perf_counter()
+    loop.run_forever()
+    return n / (time.perf_counter() - t0)
+
+
+def call_soon_burst(loop: Loop, n: int = 500_000) -> float:
+    """n callbacks queued at once, then run: handle creation and the ready queue."""
+    noop = lambda: None  # noqa: E731
+    t0 = time.perf_counter()
+    for _ in range(n):
+        loop.call_soon(noop)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    return n / (time.perf_counter() - t0)
+
+
+def timer_schedule_cancel(loop: Loop, n: int = 300_000) -> float:
+    """call_later then cancel, n times (a timeout that did not expire)."""
+    noop = lambda: None  # noqa: E731
+    rng = random.Random(1)
+    delays = [1 + rng.random() for _ in range(1000)]
+    t0 = time.perf_counter()
+    handles = [loop.call_later(delays[i % 1000], noop) for i in range(n)]
+    for h in handles:
+        h.cancel()
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    return n / (time.perf_counter() - t0)
+
+
+def timer_fire(loop: Loop, n: int = 200_000) -> float:
+    """n timers due within 10 ms, all fired."""
+    rng = random.Random(2)
+    count = 0
+
+    def fired() -> None:
+        nonlocal count
+        count += 1
+        if count == n:
+            loop.stop()
+
+    t0 = time.perf_counter()
+    now = loop.time()
+    for _ in range(n):
+        loop.call_at(now + rng.random() * 0.01, fired)
+    loop.run_forever()
+    return n / (time.perf_counter() - t0)
+
+
+def sleep0_chain(loop: Loop, n: int = 300_000) -> float:
+    """One task awaiting asyncio.sleep(0) n times."""
+
+    async def main() -> None:
+        for _ in range(n):
+            await asyncio.sleep(0)
+
+    t0 = time.perf_counter()
+    loop.run_until_complete(main())
+    return n / (time.perf_counter() - t0)
+
+
+def task_spawn(loop: Loop, n: int = 200_000) -> float:
+    """create_task of a coroutine that returns at once, awaited one by one."""
+
+    async def child() -> int:
+        return 1
+
+    async def main() -> None:
+        create = loop.create_task
+        for _ in range(n):
+            await create(child())
+
+    t0 = time.perf_counter()
+    loop.run_until_complete(main())
+    return n / (time.perf_counter() - t0)
+
+
+def threadsafe_throughput(loop: Loop, n: int = 400_000) -> float:
+    """4 threads call call_soon_threadsafe n/4 times each while the loop runs them."""
+    threads_n = 4
+    per = n // threads_n
+    count = 0
+    done = loop.create_future()
+
+    def hit() -> None:
+        nonlocal count
+        count += 1
+        if count == per * threads_n:
+            done.set_result(None)
+
+    def producer() -> None:
+        cst = loop.call_soon_threadsafe
+        for _ in range(per):
+            cst(hit)
+
+    threads = [threading.Thread(target=producer) for _ in range(threads_n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    loop.run_until_complete(done)
+    elapsed = time.perf_counter() - t0
+    for t in threads:
+        t.join()
+    return n / elapsed
+
+
+def future_chain(loop: Loop, n: int = 300_000) -> float:
+    """A future resolved by call_soon and awaited, n times in a row."""
+
+    async def main() -> None:
+        create = loop.create_future
+        soon = loop.call_soon
+        for _ in range(n):
+            f = create()
+            soon(f.set_result, None)
+            await f
+
+    t0 = time.perf_counter()
+    loop.run_until_complete(main())
+    return n / (time.perf_counter() - t0)
+
+
+def gather_fan_in(loop: Loop, n: int = 100_000, width: int = 100) -> float:
+    """gather() of `width` coroutines that each sleep(0) once, n/width times."""
+
+    async def child() -> None:
+        await asyncio.sleep(0)
+
+    async def main() -> None:
+        for _ in range(n // width):
+            await asyncio.gather(*[child() for _ in range(width)])
+
+    t0 = time.perf_counter()
+    loop.run_until_complete(main())
+    return n / (time.perf_counter() - t0)
+
+
+def queue_ping_pong(loop: Loop, n: int = 200_000) -> float:
+    """Two tasks pass a token through two asyncio.Queues n times."""
+
+    async def main() -> None:
+        a: asyncio.Queue[int] = asyncio.Queue()
+        b: asyncio.Queue[int] = asyncio.Queue()
+
+        async def pong() -> None:
+            for _ in range(n):
+                b.put_nowait(await a.get())
+
+        t = loop.create_task(pong())
+        for i in range(n):
+            a.put_nowait(i)
+            await b.get()
+        await t
+
+    t0 = time.perf_counter()
+    loop.run_until_complete(main())
+    return n / (time.perf_counter() - t0)
+
+
+def task_fib(loop: Loop, depth: int = 21) -> float:
+    """fib(depth) where every call is a task: a tree of 2*fib(depth)-1 tasks."""
+    tasks = 0
+
+    async def fib(k: int) -> int:
+        nonlocal tasks
+        tasks += 1
+        if k < 2:
+            return k
+        create = loop.create_task
+        return await create(fib(k - 1)) + await create(fib(k - 2))
+
+    t0 = time.perf_counter()
+    assert loop.run_until_complete(fib(depth)) == 10946
+    return tasks / (time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------- TCP echo
+
+
+class _EchoServer(asyncio.Protocol):
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+
+class _EchoClient(asyncio.Protocol):
+    def __init__(self, payload: bytes, rounds: int, done: asyncio.Future[None], counter: list[int]) -> None:
+        self.payload = payload
+        self.rounds = rounds
+        self.done = done
+        self.counter = counter
+        self.pending = 0
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.pending = len(self.payload)
+        transport.write(self.payload)
+
+    def data_received(self, data: bytes) -> None:
+        self.pending -= len(data)
+        if self.pending > 0:
+            return
+        self.counter[0] += 1
+        self.rounds -= 1
+        if self.rounds == 0:
+            self.transport.close()
+            if not self.done.done():
+                self.done.set_result(None)
+            return
+        self.pending = len(self.payload)
+        self.transport.write(self.payload)
+
+
+def _tcp_echo(loop: Loop, conns: int, size: int, total_rounds: int) -> float:
+    """Round trips per second: each connection sends `size` bytes and waits for all of them back."""
+    payload = b"x" * size
+    rounds = max(1, total_rounds // conns)
+
+    async def main() -> float:
+        server = await loop.create_server(_EchoServer, "127.0.0.1", 0, backlog=1024)
+        port = server.sockets[0].getsockname()[1]
+        counter = [0]
+        dones = [loop.create_future() for _ in range(conns)]
+        clients = []
+        # Connected first, then timed: connection set-up is not what this measures.
+        starts = []
+        for d in dones:
+            tr, pr = await loop.create_connection(
+                lambda d=d: _EchoClient(payload, rounds, d, counter), "127.0.0.1", port
+            )
+            tr.pause_reading()
+            clients.append((tr, pr))
+            starts.append(tr)
+        for tr in starts:
+            tr.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # The clients' first write already went out in connection_made; the
+        # clock starts when their replies are allowed in.
+        t0 = time.perf_counter()
+        for tr in starts:
+            tr.resume_reading()
+        await asyncio.gather(*dones)
+        elapsed = time.perf_counter() - t0
+        server.close()
+        await server.wait_closed()
+        return counter[0] / elapsed
+
+    return loop.run_until_complete(main())
+
+
+def tcp_echo_1k_1(loop: Loop) -> float:
+    return _tcp_echo(loop, 1, 1024, 60_000)
+
+
+def tcp_echo_1k_64(loop: Loop) -> float:
+    return _tcp_echo(loop, 64, 1024, 120_000)
+
+
+def tcp_echo_64k_8(loop: Loop) -> float:
+    return _tcp_echo(loop, 8, 65536, 8_000)
+
+
+WORKLOADS: dict[str, tuple[Callable[[Loop], float], str]] = {
+    "call_soon_chain": (call_soon_chain, "callbacks/s"),
+    "call_soon_burst": (call_soon_burst, "callbacks/s"),
+    "timer_schedule_cancel": (timer_schedule_cancel, "timers/s"),
+    "timer_fire": (timer_fire, "timers/s"),
+    "sleep0_chain": (sleep0_chain, "sleeps/s"),
+    "task_spawn": (task_spawn, "tasks/s"),
+    "threadsafe_throughput": (threadsafe_throughput, "callbacks/s"),
+    "future_chain": (future_chain, "futures/s"),
+    "gather_fan_in": (gather_fan_in, "tasks/s"),
+    "queue_ping_pong": (queue_ping_pong, "round trips/s"),
+    "task_fib": (task_fib, "tasks/s"),
+    "tcp_echo_1k_1conn": (tcp_echo_1k_1, "round trips/s"),
+    "tcp_echo_1k_64conn": (tcp_echo_1k_64, "round trips/s"),
+    "tcp_echo_64k_8conn": (tcp_echo_64k_8, "round trips/s"),
+}
+
+
+def main() -> int:
+    if len(sys.argv) != 3 or sys.argv[2] not in WORKLOADS:
+        print(__doc__, file=sys.stderr)
+        print("workloads:", " ".join(WORKLOADS), file=sys.stderr)
+        return 2
+    loop_name, workload = sys.argv[1], sys.argv[2]
+    fn, unit = WORKLOADS[workload]
+    loop = make_loop(loop_name)
+    asyncio.set_event_loop(loop)
+    try:
+        value = fn(loop)
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
+    print(json.dumps({"loop": loop_name, "workload": workload, "value": value, "unit": unit}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+#pragma once
+// Private to pyhost: the app thread's half of a core pair — the ASGI 3.0 HTTP
+// bridge. It drains the pair's inbound ring inside cadeloop.Loop's own pass
+// (as a loop_source), builds each request's scope, starts the app coroutine
+// eagerly, and turns the app's send() messages into response bytes staged
+// on the outbound ring.
+//
+// Everything here runs on the loop (app) thread with its interpreter's GIL
+// held; only the core pair's I/O thread runs elsewhere, and it never sees a
+// Python object. Every Python object the bridge keeps belongs to the
+// interpreter that created it (no C++ statics hold one).
+
+#ifndef PY_SSIZE_T_CLEAN
+#define PY_SSIZE_T_CLEAN  // '#' formats take Py_ssize_t (required before 3.12)
+#endif
+#include <Python.h>
+
+#include <cadeloop/http/date_cache.hpp>
+#include <cadeloop/http/response_encoder.hpp>
+#include <cadeloop/net/byte_buffer.hpp>
+#include <cadeloop/runtime/core_pair.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "loop_source.hpp"
+
+namespace cadeloop::pyhost::server {
+
+class bridge;
+
+/// One HTTP request as the app sees it: the owner of its `receive`/`send`
+/// callables and of its response encoder. A CPython GC object made by the
+/// bridge on the loop thread; whichever reference goes last frees it (a task
+/// may keep it after the bridge is gone: `owner` is then NULL and its
+/// methods raise ClientDisconnected).
+struct request_object {
+  PyObject_HEAD
+  bridge* owner;                  // NULL once the bridge is gone
+  request_object* live_prev;      // the bridge's list of live requests
+  request_object* live_next;
+  PyObject* task;                 // the app's asyncio.Task; strong until it is done
+  PyObject* receive_waiter;       // a Future a receive() waits on, or NULL
+  PyObject* send_waiter;          // a Future a send() waits on (drained), or NULL
+  PyObject* start_headers;        // headers of http.response.start until the head is encoded (a list)
+  net::connection_id conn;
+  std::uint32_t seq;
+  unsigned status;
+  std::deque<net::byte_buffer>* body;  // owned: pieces received, not yet given to the app
+  http::response_encoder* encoder;     // owned
+  http::request_context ctx;
+  bool has_body;          // body events follow the head
+  bool body_complete;     // the last body piece arrived (or there is no body)
+  bool body_delivered;    // the app got more_body == False
+  bool expect_continue;
+  bool continue_sent;
+  bool started;           // http.response.start received
+  bool head_written;      // the head bytes are staged (a 500 can no longer replace them)
+  bool complete;          // the response is complete (or was replaced/aborted)
+  bool disconnected;      // the connection is gone
+  bool finished;          // task done and the request forgotten by its connection
+};
+
+/// The app side's view of one connection (indexed by slot).
+struct conn_state {
+  std::uint32_t generation = 0;
+  std::uint64_t sent_since_notice = 0;  // response bytes staged since the last drained notice
+  bool waiting_drain = false;           // a drained notice was asked for
+  bool peer_eof = false;                // the client stopped sending (it may be gone)
+  PyObject* client = nullptr;           // (host, port) or None; strong
+  std::vector<request_object*> active;  // requests in flight, strong references
+};
+
+/// Interned names and constant objects of one bridge (one interpreter).
+struct names {
+  PyObject* type = nullptr;
+  PyObject* asgi = nullptr;
+  PyObject* http_version = nullptr;
+  PyObject* method = nullptr;
+  PyObject* scheme = nullptr;
+  PyObject* path = nullptr;
+  PyObject* raw_path = nullptr;
+  PyObject* query_string = nullptr;
+  PyObject* root_path = nullptr;
+  PyObject* headers = nullptr;
+  PyObject* client = nullptr;
+  PyObject* server = nullptr;
+  PyObject* state = nullptr;
+  PyObject* body = nullptr;
+  PyObject* more_body = nullptr;
+  PyObject* status = nullptr;
+  PyObject* trailers = nullptr;
+  PyObject* v10 = nullptr;  // "1.0"
+  PyObject* v11 = nullptr;  // "1.1"
+  PyObject* http_request = nullptr;
+  PyObject* http_disconnect = nullptr;
+  PyObject* response_start = nullptr;
+  PyObject* response_body = nullptr;
+  PyObject* done = nullptr;
+  PyObject* exception = nullptr;
+  PyObject* set_result = nullptr;
+  PyObject* set_exception = nullptr;
+  PyObject* add_done_callback = nullptr;
+  PyObject* cancel = nullptr;
+  PyObject* empty_bytes = nullptr;
+  std::vector<PyObject*> methods;  // indexed by http::request_method (other: NULL)
+
+  bool init();
+  void clear();
+};
+
+/// Settings of one bridge, read once from ServerCore's options. Plain data.
+struct bridge_options {
+  std::uint64_t send_high_mark = 1024 * 1024;  ///< bytes sent per connection before send() waits for "drained"
+  std::string root_path;
+  std::string unix_path;  ///< for scope["server"] of a Unix socket listener
+  std::string server_header = "cadeloop";
+};
+
+/// Counters of the app side. Loop thread.
+struct bridge_stats {
+  std::uint64_t requests = 0;         ///< requests handed to the app
+  std::uint64_t eager_completed = 0;  ///< requests whose task finished inside its eager first step
+  std::uint64_t app_errors = 0;       ///< app exceptions and malformed messages
+  std::uint64_t drain_waits = 0;      ///< send() calls that waited for "drained"
+  std::uint64_t passes_with_work = 0;
+};
+
+/// The ASGI HTTP bridge of one core pair: a loop_source attached to one
+/// cadeloop.Loop. Created, used and destroyed on the loop thread (the
+/// interpreter's thread running the loop); the core pair it drives is owned
+/// by the caller and must outlive it.
+class bridge final : public loop_source {
+ public:
+  /// `app`: the ASGI callable; `loop`: the cadeloop.Loop; `on_error(msg, exc)`
+  /// logs an app error; `on_stopped()` runs once when the I/O thread ended;
+  /// `types`: (request type, ready type, ClientDisconnected). Raises (sets a
+  /// Python exception and throws pybind11::error_already_set) on failure.
+  bridge(runtime::app_side& side, PyObject* app, PyObject* loop, PyObject* on_error, PyObject* on_stopped,
+         PyObject* request_type, PyObject* ready_type, PyObject* disconnected_type, bridge_options options);
+  bridge(const bridge&) = delete;
+  bridge& operator=(const bridge&) = delete;
+  /// Loop thread, GIL held, after it was detached from the loop.
+  ~bridge() override;
+
+  // loop_source
+  int run() override;
+  bool try_park() noexcept override;
+  void unpark(bool signalled) noexcept override;
+  void end_of_pass() noexcept override;
+  [[nodiscard]] int fd() const noexcept override { return side_.parker_fd(); }
+
+  /// Sets the lifespan state copied (shallowly) into every scope; NULL for none. Loop thread.
+  void set_state(PyObject* state);
+  /// Requests whose task has not finished yet. Loop thread.
+  [[nodiscard]] std::size_t active_tasks() const noexcept { return active_tasks_; }
+  /// Cancels every running app task. Loop thread.
+  void cancel_tasks();
+  /// Drops every connection's state (after the I/O thread stopped). Loop thread.
+  void forget_connections();
+  [[nodiscard]] const bridge_stats& stats() const noexcept { return stats_; }
+
+  // --- called by request_object's methods (loop thread) ---
+  PyObject* receive(request_object* r);
+  PyObject* send(request_object* r, PyObject* message);
+  PyObject* task_done(request_object* r, PyObject* task);
+  void unlink(request_object* r) noexcept;
+  [[nodiscard]] PyObject* disconnected_type() const noexcept { return disconnected_type_; }
+
+ private:
+  void on_message(runtime::inbound_message& m);
+  void on_request(runtime::inbound_message& m);
+  void on_body(runtime::inbound_message& m);
+  void on_disconnect(const runtime::inbound_message& m);
+  void on_drained(const runtime::inbound_message& m);
+  void on_peer_eof(const runtime::inbound_message& m);
+  conn_state* conn_of(net::connection_id id) noexcept;
+  request_object* find_request(conn_state& cs, std::uint32_t seq) noexcept;
+
+  PyObject* build_scope(const runtime::inbound_message& m, conn_state& cs);
+  PyObject* build_headers(const http::request_head& head);
+  PyObject* header_name(std::string_view name);
+  PyObject* address_tuple(const net::socket_address& a, bool server_side);
+  bool start_app(request_object* r, PyObject* scope);
+
+  PyObject* ready(PyObject* value);  // steals value
+  PyObject* body_message(request_object* r);
+  PyObject* disconnect_message();
+  bool resolve(PyObject*& waiter, PyObject* value, bool exception);  // steals value
+  void wake_receiver(request_object* r);
+
+  PyObject* send_start(request_object* r, PyObject* message);
+  PyObject* send_body(request_object* r, PyObject* message);
+  bool encode_head(request_object* r, std::optional<std::uint64_t> body_size);
+  void app_error(request_object* r, const char* what, PyObject* exc);
+  void finish(request_object* r);
+  void release_python();
+
+  runtime::app_side& side_;
+  bridge_options options_;
+  PyObject* app_;
+  PyObject* loop_;
+  PyObject* on_error_;
+  PyObject* on_stopped_;
+  PyObject* request_type_;
+  PyObject* ready_type_;
+  PyObject* disconnected_type_;
+  PyObject* task_factory_ = nullptr;   // asyncio.Task (3.12+: eager start) or loop.create_task
+  PyObject* task_kwnames_ = nullptr;   // ("loop", "eager_start") on 3.12+
+  PyObject* create_future_ = nullptr;  // loop.create_future
+  PyObject* scope_template_ = nullptr;
+  PyObject* state_ = nullptr;
+  PyObject* none_ready_ = nullptr;     // a reusable awaitable of None
+  PyObject* last_server_ = nullptr;    // cache of scope["server"]
+  net::socket_address last_server_addr_{};
+  names n_;
+  std::unordered_map<std::string, PyObject*> header_names_;
+  std::vector<conn_state> conns_;
+  request_object live_{};               // sentinel of the live list
+  http::date_cache dates_;
+  std::string scratch_;
+  std::string path_scratch_;
+  std::size_t handled_ = 0;
+  std::size_t active_tasks_ = 0;
+  bool stopped_ = false;
+  bridge_stats stats_;
+};
+
+/// Creates the Request, Ready and ClientDisconnected types for this
+/// interpreter and adds them to `module`. Returns -1 with an exception set.
+int add_types(PyObject* module);
+
+}  // namespace cadeloop::pyhost::server

@@ -1,0 +1,3 @@
+"""Raises while being imported."""
+
+raise RuntimeError("broken at import time")

@@ -1,0 +1,139 @@
+"""A raw ASGI app exercising the bridge: every route is one behaviour a test checks."""
+
+import asyncio
+import hashlib
+import json
+from urllib.parse import parse_qs
+
+EVENTS: list[str] = []  # what the app saw (read back through /events)
+
+
+async def respond(send, status=200, body=b"", headers=None):
+    await send({"type": "http.response.start", "status": status, "headers": headers or [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(receive):
+    size, chunks, h = 0, 0, hashlib.sha256()
+    while True:
+        m = await receive()
+        assert m["type"] == "http.request", m
+        size += len(m["body"])
+        h.update(m["body"])
+        chunks += 1
+        if not m.get("more_body", False):
+            return size, chunks, h.hexdigest()
+
+
+async def lifespan(scope, receive, send):
+    while True:
+        m = await receive()
+        if m["type"] == "lifespan.startup":
+            scope["state"]["greeting"] = "hello from lifespan"
+            await send({"type": "lifespan.startup.complete"})
+        elif m["type"] == "lifespan.shutdown":
+            print("raw_app: lifespan shutdown ran", flush=True)
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        return await lifespan(scope, receive, send)
+    path = scope["path"]
+    q = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
+    if path == "/hello":
+        return await respond(send, body=b"Hello, World!")
+    if path.startswith("/scope"):
+        s = {k: v for k, v in scope.items() if k not in ("headers", "raw_path", "query_string", "state")}
+        s["headers"] = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]]
+        s["raw_path"] = scope["raw_path"].decode("latin-1")
+        s["query_string"] = scope["query_string"].decode("latin-1")
+        s["state"] = scope.get("state")
+        s["header_types"] = sorted({type(k).__name__ + "/" + type(v).__name__ for k, v in scope["headers"]})
+        return await respond(send, body=json.dumps(s).encode(), headers=[(b"content-type", b"application/json")])
+    if path == "/echo":
+        body = b""
+        while True:
+            m = await receive()
+            body += m["body"]
+            if not m.get("more_body"):
+                break
+        return await respond(send, body=body)
+    if path == "/upload":
+        size, chunks, digest = await read_body(receive)
+        return await respond(send, body=json.dumps({"size": size, "chunks": chunks, "sha256": digest}).encode())
+    if path == "/raise":
+        raise ValueError("boom from the app")
+    if path == "/raise-after-start":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"partial", "more_body": True})
+        raise ValueError("boom after start")
+    if path == "/bad-status":
+        await send({"type": "http.response.start", "status": "200", "headers": []})
+        return
+    if path == "/status-range":
+        return await respond(send, status=1000)
+    if path == "/bad-header":
+        await send({"type": "http.response.start", "status": 200, "headers": [("x-str", "not bytes")]})
+        return
+    if path == "/bad-header-value":
+        return await respond(send, headers=[(b"x-bad", b"a\r\nb")])
+    if path == "/bad-type":
+        await send({"type": "http.response.bogus"})
+        return
+    if path == "/body-before-start":
+        await send({"type": "http.response.body", "body": b"x"})
+        return
+    if path == "/no-response":
+        return
+    if path == "/after-complete":
+        await respond(send, body=b"done")
+        try:
+            await send({"type": "http.response.body", "body": b"again"})
+        except OSError as exc:
+            EVENTS.append(f"after-complete: {type(exc).__name__}")
+        return
+    if path == "/stream":
+        n, delay = int(q.get("n", "1000")), float(q.get("delay", "0.01"))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        try:
+            for i in range(n):
+                await send({"type": "http.response.body", "body": b"tick %d\n" % i, "more_body": True})
+                await asyncio.sleep(delay)
+            await send({"type": "http.response.body", "body": b""})
+        except OSError as exc:
+            EVENTS.append(f"stream: {type(exc).__name__}")
+        return
+    if path == "/longpoll":
+        m = await receive()
+        assert m["type"] == "http.request"
+        m = await receive()  # nothing more to read: this waits for the client to go
+        EVENTS.append(f"longpoll: {m['type']}")
+        return
+    if path == "/big":
+        total = int(q.get("mb", "64")) << 20
+        chunk = b"x" * 65536
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(total).encode())]})
+        sent = 0
+        try:
+            while sent < total:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                sent += len(chunk)
+            await send({"type": "http.response.body", "body": b""})
+        except OSError:
+            EVENTS.append(f"big: gone after {sent}")
+        return
+    if path == "/slow":
+        await asyncio.sleep(float(q.get("delay", "0.2")))
+        return await respond(send, body=b"slow done")
+    if path == "/events":
+        return await respond(send, body=json.dumps(EVENTS).encode())
+    if path == "/chunked":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for part in (b"one,", b"two,", b"three"):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    return await respond(send, status=404, body=b"not found")

@@ -1,0 +1,130 @@
+"""Starts a real `cadeloop APP` server process for the server tests and talks to it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+APPS = Path(__file__).resolve().parent / "server_apps"
+LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+
+
+class ServerProcess:
+    """`python -m cadeloop APP --port 0 ...` with stderr captured in a file."""
+
+    def __init__(self, app: str, *args: str, tmp: Path, app_dir: Path = APPS, env: dict[str, str] | None = None):
+        self.argv = [sys.executable, "-m", "cadeloop", app, "--host", "127.0.0.1", "--port", "0",
+                     "--app-dir", str(app_dir), *args]
+        self.log_path = tmp / f"server-{os.getpid()}-{time.monotonic_ns()}.log"
+        self.env = dict(os.environ, **(env or {}))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def start(self, timeout: float = 30.0) -> ServerProcess:
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = LISTENING.search(self.log())
+            if m:
+                self.port = int(m.group(1))
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.02)
+        raise RuntimeError(f"server did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_log(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = re.search(pattern, self.log())
+            if m:
+                return m
+            time.sleep(0.02)
+        raise AssertionError(f"{pattern!r} not in the server log:\n{self.log()}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        self._log.close()
+        return rc
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+
+def raw_exchange(port: int, data: bytes, timeout: float = 5.0, shut: bool = False) -> bytes:
+    """Sends `data` on a fresh connection and reads until the server closes it (or the timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+        chunks = []
+        try:
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                chunks.append(b)
+        except (socket.timeout, ConnectionResetError):
+            pass
+        return b"".join(chunks)
+
+
+def read_response(f) -> tuple[int, dict[str, str], bytes]:  # type: ignore[no-untyped-def]
+    """Reads one HTTP/1.1 response (Content-Length or chunked) from a socket file."""
+    status_line = f.readline()
+    if not status_line:
+        raise EOFError("connection closed before a response")
+    status = int(status_line.split()[1])
+    headers: dict[str, str] = {}
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        k, _, v = line.decode("latin-1").partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if "content-length" in headers:
+        body = f.read(int(headers["content-length"]))
+    elif headers.get("transfer-encoding") == "chunked":
+        parts = []
+        while True:
+            size = int(f.readline().split(b";")[0], 16)
+            if size == 0:
+                while f.readline() not in (b"\r\n", b""):
+                    pass
+                break
+            parts.append(f.read(size))
+            f.readline()
+        body = b"".join(parts)
+    else:
+        body = f.read()
+    return status, headers, body
