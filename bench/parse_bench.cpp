@@ -69,6 +69,22 @@ void bm_browser_get_pipelined_16(benchmark::State& state) {
 }
 BENCHMARK(bm_browser_get_pipelined_16);
 
+// The same request cut in two feeds inside a header line: the head is not
+// in one input, so it goes through every llhttp callback (and its first
+// part is parsed twice). The slow path, for comparison.
+void bm_browser_get_split(benchmark::State& state) {
+  request_parser parser;
+  const std::string_view first = browser_get.substr(0, 100);
+  const std::string_view rest = browser_get.substr(100);
+  for (auto _ : state) {
+    parse_or_die(parser, first, 0);
+    parse_or_die(parser, rest, 2);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(browser_get.size()));
+}
+BENCHMARK(bm_browser_get_split);
+
 // Floor for comparison: llhttp alone on the same bytes, no callbacks at all.
 void bm_llhttp_alone(benchmark::State& state) {
   llhttp_settings_t settings;

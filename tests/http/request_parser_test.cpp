@@ -927,4 +927,175 @@ TEST(request_parser, MidMessageTellsWhetherEofTruncatesARequest) {
   EXPECT_EQ(parser.stream_offset(), 27u);
 }
 
+
+// ---------------------------------------------------------------- one-piece heads
+// A head that arrives in one feed is parsed without per-field callbacks and
+// its fields are read in one pass at the end of the head; a head cut across
+// feeds (or rejected) goes through every callback. The tests below hold the
+// two paths to the same results, limits and verdicts included.
+
+const std::string& browser_get() {
+  static const std::string s =
+      "GET /products/shoes?page=2 HTTP/1.1\r\n"
+      "Host: www.example.com\r\n"
+      "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Firefox/120.0\r\n"
+      "Accept: text/html,*/*;q=0.8\r\n"
+      "Accept-Language: en-US,en;q=0.5\r\n"
+      "Accept-Encoding: gzip, br\r\n"
+      "Referer: https://www.example.com/\r\n"
+      "Connection: keep-alive\r\n"
+      "Cookie: session=abc123\r\n"
+      "Upgrade-Insecure-Requests: 1\r\n"
+      "Sec-Fetch-Dest: document\r\n"
+      "Sec-Fetch-Mode: navigate\r\n"
+      "Sec-Fetch-Site: same-origin\r\n"
+      "\r\n";
+  return s;
+}
+
+// Heads with the shapes the field scan has to get right: empty and
+// whitespace-only values, tabs, trailing whitespace, names longer than 16
+// bytes, a value with ':' and a last line shorter than 16 bytes.
+std::vector<std::string> one_piece_inputs() {
+  return {
+      browser_get(),
+      "GET /x HTTP/1.1\r\nHost: a\r\nE:\r\nW: \t \r\nT:\tv\t\r\nS:  lead and trail  \r\n"
+      "A-Very-Long-Header-Name-Over-32-Bytes: Mixed:Value\r\nB: c\r\n\r\n",
+      "POST http://h.example/p?q#f HTTP/1.1\r\nHOST: h\r\nContent-Length: 2\r\n\r\nhi"
+      "GET /2 HTTP/1.1\r\nhost: h\r\nX-ABCDEFGHIJKLMNOP: Q\r\n\r\n",
+      "GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nZ:\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: example.com\r\nZ:\r\n\r\n",       // an empty value ends the head:
+      "GET / HTTP/1.1\r\nHost: example.com\r\nW: \t \r\n\r\n",  // llhttp reports it after its CRLF
+  };
+}
+
+TEST(request_parser, OnePieceHeadsMatchCutHeadsAtEveryHeadLimit) {
+  for (const std::string& input : one_piece_inputs()) {
+    SCOPED_TRACE(input.substr(0, 40));
+    const std::size_t step = input.size() > 200 ? 11 : 1;
+    for (std::size_t limit = 32; limit <= input.size() + 2; ++limit) {
+      feed_plan plan;
+      plan.limits.max_header_bytes = limit;
+      plan.limits.max_url = 32;
+      const run_result whole = run_whole(input, plan);
+      for (std::size_t cut = 1; cut < input.size(); cut += step) {
+        const run_result split = run(input, {cut}, plan);
+        ASSERT_EQ(split.trace, whole.trace) << "limit " << limit << " cut " << cut;
+        ASSERT_EQ(split.error.reason, whole.error.reason) << "limit " << limit << " cut " << cut;
+      }
+    }
+  }
+}
+
+TEST(request_parser, OnePieceHeadsMatchCutHeadsAtEveryFieldCount) {
+  for (const std::string& input : one_piece_inputs()) {
+    SCOPED_TRACE(input.substr(0, 40));
+    for (std::size_t max_headers = 1; max_headers <= 14; ++max_headers) {
+      feed_plan plan;
+      plan.limits.max_headers = max_headers;
+      const run_result whole = run_whole(input, plan);
+      for (std::size_t cut = 1; cut < input.size(); cut += 3) {
+        const run_result split = run(input, {cut}, plan);
+        ASSERT_EQ(split.trace, whole.trace) << "max_headers " << max_headers << " cut " << cut;
+        ASSERT_EQ(split.error.reason, whole.error.reason);
+      }
+    }
+  }
+  feed_plan twelve;
+  twelve.limits.max_headers = 12;
+  EXPECT_EQ(run_whole(browser_get(), twelve).heads.size(), 1u);  // exactly 12 fields
+  feed_plan eleven;
+  eleven.limits.max_headers = 11;
+  EXPECT_EQ(run_whole(browser_get(), eleven).error.status, 431);
+}
+
+TEST(request_parser, OnePieceHeadFieldsAreExact) {
+  const run_result r = run_whole(one_piece_inputs()[1]);
+  ASSERT_EQ(r.heads.size(), 1u);
+  EXPECT_EQ(header_list(r.heads[0]),
+            "host=a;e=;w=;t=v;s=lead and trail;a-very-long-header-name-over-32-bytes=Mixed:Value;b=c;");
+  const run_result abs = run_whole(one_piece_inputs()[2]);
+  ASSERT_EQ(abs.heads.size(), 2u);
+  EXPECT_EQ(abs.heads[0].path(), "/p");
+  EXPECT_EQ(abs.heads[0].query(), "q");
+  EXPECT_EQ(header_list(abs.heads[0]), "host=h;content-length=2;");
+  EXPECT_EQ(header_list(abs.heads[1]), "host=h;x-abcdefghijklmnop=Q;");
+  const run_result browser = run_whole(browser_get());
+  ASSERT_EQ(browser.heads.size(), 1u);
+  EXPECT_EQ(browser.heads[0].headers().size(), 12u);
+  EXPECT_EQ(browser.heads[0].headers().find("upgrade-insecure-requests").value_or("?"), "1");
+  EXPECT_EQ(browser.heads[0].headers().find("sec-fetch-site").value_or("?"), "same-origin");
+  EXPECT_EQ(browser.heads[0].path(), "/products/shoes");
+  EXPECT_EQ(browser.heads[0].query(), "page=2");
+}
+
+TEST(request_parser, RejectionsInAOnePieceHeadKeepTheirReason) {
+  // Each head holds two faults; the earlier one decides, whole or cut.
+  const std::vector<std::pair<std::string, std::uint16_t>> cases{
+      {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\nX\x01Y: v\r\n\r\n", 400},          // duplicate Host first
+      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nX\x01Y: v\r\n\r\n", 501},
+      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n bad fold\r\n\r\n", 400},  // fold before the TE verdict
+      {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r", 400},  // the duplicate is only known after the line ends
+      {"GET / RTSP/1.0\r\nHost: a\r\n\r\n", 400},
+      {"GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505},
+      {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400},
+  };
+  for (const auto& [input, status] : cases) {
+    SCOPED_TRACE(input);
+    const run_result whole = run_whole(input);
+    for (std::size_t cut = 1; cut < input.size(); ++cut) {
+      const run_result split = run(input, {cut}, {});
+      ASSERT_EQ(split.trace, whole.trace) << "cut " << cut;
+      ASSERT_EQ(split.error.reason, whole.error.reason) << "cut " << cut;
+    }
+    if (input.back() != '\r') {
+      EXPECT_EQ(whole.error.status, status) << whole.error.reason;
+    }
+  }
+  EXPECT_EQ(run_whole(cases[0].first).error.reason, "more than one Host header");
+  EXPECT_EQ(run_whole(cases[1].first).error.reason, "unsupported transfer coding");
+}
+
+TEST(request_parser, HeadOwnsItsBytesAfterTheInputIsGone) {
+  // The head is read from the input in place and copied once at its end;
+  // nothing may point into the input afterwards, and the copy stops at the
+  // head (the pipelined request after it is not part of it).
+  std::string input = browser_get() + "GET /next HTTP/1.1\r\nHost: b\r\n\r\n";
+  request_parser parser;
+  ASSERT_EQ(parser.feed(input).status, feed_status::ok);
+  ASSERT_EQ(parser.events().size(), 4u);
+  std::unique_ptr<request_head> first = parser.take_head(parser.events()[0]);
+  const std::string expected = describe(*first);
+  EXPECT_LE(first->headers().arena_bytes(), browser_get().size());
+  input.assign(input.size(), 'x');
+  EXPECT_EQ(describe(*first), expected);
+  EXPECT_EQ(first->headers().find("user-agent").value_or("?"),
+            "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Firefox/120.0");
+}
+
+
+TEST(request_parser, HeadCutFarFromItsStartIsParsedAgainWithEveryCallback) {
+  // A head that starts 4 KiB or more before the end of the input is read
+  // without field callbacks; when the input then ends inside it, it is
+  // parsed again from its first byte with every callback and carried over.
+  std::string input = "GET /big HTTP/1.1\r\nHost: a\r\nX-Small: 1\r\nX-Big: ";
+  input += std::string(6000, 'b');
+  input += "\r\nX-After: Tail\r\n\r\nGET /next HTTP/1.1\r\nHost: a\r\n\r\n";
+  const run_result whole = run_whole(input);
+  ASSERT_EQ(whole.heads.size(), 2u);
+  EXPECT_EQ(whole.heads[0].headers().find("x-after").value_or("?"), "Tail");
+  for (std::size_t cut = 4090; cut < input.size(); cut += 97) {
+    const run_result split = run(input, {cut}, {});
+    ASSERT_EQ(split.trace, whole.trace) << "cut " << cut;
+  }
+  // the same at the head limit: the verdict does not depend on the cut
+  feed_plan tight;
+  tight.limits.max_header_bytes = 5000;
+  const run_result refused = run_whole(input, tight);
+  EXPECT_EQ(refused.error.status, 431);
+  for (std::size_t cut = 4090; cut < 5200; cut += 37) {
+    EXPECT_EQ(run(input, {cut}, tight).trace, refused.trace) << "cut " << cut;
+  }
+}
+
 }  // namespace

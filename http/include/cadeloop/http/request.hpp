@@ -109,9 +109,9 @@ class header_block {
   };
 
   /// Number of fields. Any thread holding the block.
-  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+  [[nodiscard]] std::size_t size() const noexcept { return count_; }
   /// True when there are no fields. Any thread holding the block.
-  [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
+  [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
   /// The i-th field in arrival order (i < size()). Any thread holding the block.
   [[nodiscard]] header_field operator[](std::size_t i) const noexcept {
     const entry& e = entries_[i];
@@ -125,15 +125,16 @@ class header_block {
   /// First field. Any thread holding the block.
   [[nodiscard]] const_iterator begin() const noexcept { return {this, 0}; }
   /// One past the last field. Any thread holding the block.
-  [[nodiscard]] const_iterator end() const noexcept { return {this, entries_.size()}; }
-  /// Bytes held in the arena (names, values and, for a head, the target).
-  /// Any thread holding the block.
+  [[nodiscard]] const_iterator end() const noexcept { return {this, count_}; }
+  /// Bytes held in the arena: the names and values and, for a head, the
+  /// target; a head parsed from one buffer also keeps the bytes between them
+  /// (its request line and head copied whole). Any thread holding the block.
   [[nodiscard]] std::size_t arena_bytes() const noexcept { return size_; }
   /// Drops every field, keeping the capacity so refilling allocates nothing.
   /// Any thread holding the block.
   void clear() noexcept {
     size_ = 0;
-    entries_.clear();
+    count_ = 0;
   }
 
   /// An empty block. Any thread.
@@ -174,13 +175,27 @@ class header_block {
   }
   void grow(std::size_t n);
   void reserve(std::size_t bytes, std::size_t fields);
+  // Appends a field; grows (doubling, out of line) only when the array is full.
+  entry& add_entry(const entry& e) {
+    if (count_ == entry_capacity_) {
+      grow_entries(std::size_t{count_} + 1);
+    }
+    entries_[count_] = e;
+    return entries_[count_++];
+  }
+  [[nodiscard]] entry& last_entry() noexcept { return entries_[count_ - 1]; }
+  [[gnu::noinline]] void grow_entries(std::size_t at_least);
 
   // A plain byte buffer rather than std::string: no zero-fill on growth, and
   // its data pointer never lives inside the object (no SSO), so moves keep it.
   std::unique_ptr<char[]> bytes_;
   std::uint32_t size_ = 0;
   std::uint32_t capacity_ = 0;
-  std::vector<entry> entries_;
+  // The fields: a plain array rather than a std::vector, so that adding one
+  // on the parser's hot path is a compare and a store (growth is out of line).
+  std::uint32_t count_ = 0;
+  std::uint32_t entry_capacity_ = 0;
+  std::unique_ptr<entry[]> entries_;
 };
 
 /// One parsed request head: request line, header fields and the framing and
@@ -197,7 +212,7 @@ class request_head {
   /// The method's name ("GET", "PROPFIND", ...), in static storage. Any thread.
   [[nodiscard]] std::string_view method_name() const noexcept { return method_name_; }
   /// The raw request target as sent. Any thread holding the head.
-  [[nodiscard]] std::string_view target() const noexcept { return fields_.slice(0, target_len_); }
+  [[nodiscard]] std::string_view target() const noexcept { return fields_.slice(target_off_, target_len_); }
   /// The raw path: the target up to '?' or '#'. For an absolute-form target
   /// ("http://host/p?q") the part after the authority; empty if there is
   /// none. For "*" it is "*". Any thread holding the head.
@@ -230,9 +245,12 @@ class request_head {
  private:
   friend class request_parser;
 
-  header_block fields_;  // arena: the target first, then header names and values
+  // Arena: the target, then header names and values, at the offsets below
+  // (path and query offsets are arena offsets too, inside the target).
+  header_block fields_;
   std::string_view method_name_{};
   std::uint64_t content_length_ = 0;
+  std::uint32_t target_off_ = 0;
   std::uint32_t target_len_ = 0;
   std::uint32_t path_off_ = 0;
   std::uint32_t path_len_ = 0;

@@ -157,6 +157,13 @@ class request_parser {
   int on_header_field(const char* at, std::size_t len);
   int on_header_value(const char* at, std::size_t len);
   int on_header_value_complete();
+  // Rare paths of the callbacks above, kept out of line so the common path
+  // stays a small leaf function.
+  [[gnu::noinline]] int store_head_field(const char* at, std::size_t len);
+  [[gnu::noinline]] int store_head_value(const char* at, std::size_t len);
+  [[gnu::noinline]] int on_trailer_field(const char* at, std::size_t len);
+  [[gnu::noinline]] int on_trailer_value(const char* at, std::size_t len);
+  [[gnu::noinline]] int on_trailer_value_complete();
   int on_headers_complete();
   int on_body(const char* at, std::size_t len);
   int on_chunk_header();
@@ -169,18 +176,28 @@ class request_parser {
   template <int (request_parser::*Member)(const char*, std::size_t)>
   static int data_trampoline(llhttp_t* parser, const char* at, std::size_t len) noexcept;
   static const llhttp_settings_t& settings() noexcept;
+  static const llhttp_settings_t& head_in_one_piece_settings() noexcept;
 
   int fail(std::uint16_t status, const char* reason) noexcept;
   int fail_internal() noexcept;
-  int check_head_limits(std::uint64_t end) noexcept;
-  int check_head_limits_slow(std::uint64_t end) noexcept;
+  [[nodiscard]] bool within_limits(const char* at, std::size_t len) const noexcept;
+  int check_head_span(const char* at, std::size_t len) noexcept;
+  [[gnu::noinline]] int check_head_limits_slow(std::uint64_t end) noexcept;
   [[nodiscard]] std::uint16_t head_limit_violation(std::uint64_t end, const char** reason) const noexcept;
   void classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos) noexcept;
-  int interpret_head_field(std::string_view name, std::string_view value);
+  [[gnu::noinline]] int interpret_head_field(const char* name, std::size_t name_len, std::string_view value);
+  [[gnu::noinline]] void materialize_head(const char* end);
+  int scan_head_fields();
+  int read_protocol_and_version();
+  llhttp_errno_t reparse_head(llhttp_errno_t first) noexcept;
+  [[nodiscard]] std::uintptr_t limit_address() const noexcept;
   [[nodiscard]] std::uint64_t stream_pos(const char* at) const noexcept {
     return stream_base_ + static_cast<std::uint64_t>(at - feed_begin_);
   }
-  [[nodiscard]] header_block& field_block();
+  void set_limit_end(std::uint64_t end) noexcept {
+    limit_end_ = end;
+    limit_addr_ = limit_address();
+  }
   [[nodiscard]] header_block& trailer_fields();
   void begin_feed() noexcept;
   request_head& acquire_head();
@@ -215,6 +232,27 @@ class request_parser {
   bool head_start_known_ = false;
   bool url_open_ = false;          // between the method and the end of the target
   std::uint64_t limit_end_ = UINT64_MAX;  // a head byte at or past this violates a limit
+  // limit_end_ as an address in the current input (saturated), so a span's
+  // check is one compare: `at + len <= limit_addr_`.
+  std::uintptr_t limit_addr_ = UINTPTR_MAX;
+  // While a head's bytes are all in the current input, its entries, target
+  // and path/query hold offsets from head_base_ (its first byte) and nothing
+  // is copied; at the end of the head the bytes are copied to the arena in
+  // one piece (materialize_head). A head still open when the feed ends is
+  // copied then, and its later pieces are appended one by one. Null: pieces
+  // are copied into the arena as they arrive.
+  const char* head_base_ = nullptr;
+  const char* head_begin_ = nullptr;  // first byte of the head, when it is in this input
+  const char* feed_end_ = nullptr;  // one past the current input
+  // A head whose first byte is before this is expected to end in this input
+  // and is parsed one_piece_ (see feed()).
+  const char* one_piece_before_ = nullptr;
+  // True while the current head is parsed with head_in_one_piece_settings():
+  // no field callbacks; scan_head_fields() reads the fields from the input
+  // at the end of the head. Only while all of the head is in this input.
+  bool one_piece_ = false;
+  bool reparsing_ = false;          // reparse_head() is running
+  const char* version_end_ = nullptr;  // one past the request line's version
 
   // Per-message state.
   bool in_field_ = false;
