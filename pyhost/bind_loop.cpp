@@ -24,6 +24,7 @@ using loop::fd_entry;
 using loop::handle_object;
 using loop::loop_object;
 using loop::loop_state;
+using loop::state_of;
 using loop::timer_handle_object;
 
 /// epoll token of the parker's eventfd; fds use their own number.
@@ -36,7 +37,6 @@ constexpr double max_poll_seconds = 24 * 3600.0;
 constexpr long event_read = 1;
 constexpr long event_write = 2;
 
-loop_state& state_of(PyObject* self) { return *reinterpret_cast<loop_object*>(self)->state; }
 
 double monotonic_now() {
   timespec ts{};

@@ -11,26 +11,7 @@ namespace {
 
 handle_object* as_handle(PyObject* o) { return reinterpret_cast<handle_object*>(o); }
 timer_handle_object* as_timer(PyObject* o) { return reinterpret_cast<timer_handle_object*>(o); }
-loop_state& state_of(PyObject* loop) { return *reinterpret_cast<loop_object*>(loop)->state; }
 
-/// The current exception, normalised, with its traceback attached; clears it.
-PyObject* take_exception() {
-#if PY_VERSION_HEX >= 0x030C0000
-  return PyErr_GetRaisedException();
-#else
-  PyObject* type = nullptr;
-  PyObject* value = nullptr;
-  PyObject* tb = nullptr;
-  PyErr_Fetch(&type, &value, &tb);
-  PyErr_NormalizeException(&type, &value, &tb);
-  if (tb != nullptr && value != nullptr) {
-    PyException_SetTraceback(value, tb);
-  }
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  return value;
-#endif
-}
 
 /// cadeloop._loop.<name>(args...): the Python half of cold paths.
 PyObject* call_helper(const char* name, PyObject* a, PyObject* b = nullptr) {

@@ -29,26 +29,7 @@ constexpr int max_iov = 64;
 constexpr std::size_t read_size = 256 * 1024;
 
 transport_object* as_transport(PyObject* o) { return reinterpret_cast<transport_object*>(o); }
-loop_state& state_of(PyObject* loop) { return *reinterpret_cast<loop_object*>(loop)->state; }
 
-/// The current exception, normalised and with its traceback; clears it.
-PyObject* take_exception() {
-#if PY_VERSION_HEX >= 0x030C0000
-  return PyErr_GetRaisedException();
-#else
-  PyObject* type = nullptr;
-  PyObject* value = nullptr;
-  PyObject* tb = nullptr;
-  PyErr_Fetch(&type, &value, &tb);
-  PyErr_NormalizeException(&type, &value, &tb);
-  if (tb != nullptr && value != nullptr) {
-    PyException_SetTraceback(value, tb);
-  }
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  return value;
-#endif
-}
 
 bool must_stop_loop() {
   return PyErr_ExceptionMatches(PyExc_SystemExit) || PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
