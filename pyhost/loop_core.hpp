@@ -21,6 +21,7 @@
 #include "cadeloop/runtime/timer_heap.hpp"
 #include "cadeloop/runtime/xthread_queue.hpp"
 #include "loop_source.hpp"
+#include "py_exception.hpp"
 
 namespace cadeloop::pyhost::loop {
 
@@ -202,26 +203,6 @@ bool update_interest(loop_state& st, int fd);
 
 /// The loop state behind a LoopCore object. Loop thread.
 inline loop_state& state_of(PyObject* loop) { return *reinterpret_cast<loop_object*>(loop)->state; }
-
-/// The current exception, normalised and with its traceback attached; clears
-/// it. Returns a new reference, or NULL when none was set. Loop thread.
-inline PyObject* take_exception() {
-#if PY_VERSION_HEX >= 0x030C0000
-  return PyErr_GetRaisedException();
-#else
-  PyObject* type = nullptr;
-  PyObject* value = nullptr;
-  PyObject* tb = nullptr;
-  PyErr_Fetch(&type, &value, &tb);
-  PyErr_NormalizeException(&type, &value, &tb);
-  if (tb != nullptr && value != nullptr) {
-    PyException_SetTraceback(value, tb);
-  }
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  return value;
-#endif
-}
 
 /// Whether `o` is one of this loop's own handle types.
 inline bool is_own_handle(const loop_state& st, PyObject* o) {

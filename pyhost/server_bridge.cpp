@@ -10,6 +10,8 @@
 // and only then a Future.
 #include "server_bridge.hpp"
 
+#include "py_exception.hpp"
+
 #include <cadeloop/http/request.hpp>
 
 #include <algorithm>
@@ -159,24 +161,6 @@ PyType_Spec request_spec = {"cadeloop._core.Request", static_cast<int>(sizeof(re
 
 // --------------------------------------------------------------- helpers
 
-/// The exception being raised, normalised, with its traceback; clears it.
-PyObject* fetch_exception() {
-#if PY_VERSION_HEX >= 0x030C0000
-  return PyErr_GetRaisedException();
-#else
-  PyObject* type = nullptr;
-  PyObject* value = nullptr;
-  PyObject* tb = nullptr;
-  PyErr_Fetch(&type, &value, &tb);
-  PyErr_NormalizeException(&type, &value, &tb);
-  if (tb != nullptr && value != nullptr) {
-    PyException_SetTraceback(value, tb);
-  }
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  return value;
-#endif
-}
 
 /// Raises `exc` again (takes the reference).
 void restore_exception(PyObject* exc) {
@@ -578,7 +562,7 @@ void bridge::on_request(runtime::inbound_message& m) {
   PyObject* scope = build_scope(m, cs);
   side_.recycle(m.conn, std::move(m.head));
   if (scope == nullptr) {
-    PyObject* exc = fetch_exception();
+    PyObject* exc = take_exception();
     app_error(r, "cannot build the ASGI scope", exc);
     Py_XDECREF(exc);
     finish(r);
@@ -610,7 +594,7 @@ bool bridge::start_app(request_object* r, PyObject* scope) {
     Py_DECREF(coro);
   }
   if (task == nullptr) {
-    PyObject* exc = fetch_exception();
+    PyObject* exc = take_exception();
     if (is_fatal(exc)) {
       restore_exception(exc);  // stops the loop (KeyboardInterrupt, SystemExit)
       finish(r);
@@ -1232,7 +1216,7 @@ PyObject* bridge::task_done(request_object* r, PyObject* task) {
   --active_tasks_;
   PyObject* exc = PyObject_CallMethodNoArgs(task, n_.exception);
   if (exc == nullptr) {
-    exc = fetch_exception();  // CancelledError: the task was cancelled
+    exc = take_exception();  // CancelledError: the task was cancelled
   }
   if (exc != nullptr && exc != Py_None) {
     app_error(r, "Exception in ASGI application", exc);
