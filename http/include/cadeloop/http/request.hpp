@@ -212,13 +212,19 @@ class request_head {
   /// The method's name ("GET", "PROPFIND", ...), in static storage. Any thread.
   [[nodiscard]] std::string_view method_name() const noexcept { return method_name_; }
   /// The raw request target as sent. Any thread holding the head.
-  [[nodiscard]] std::string_view target() const noexcept { return fields_.slice(target_off_, target_len_); }
+  [[nodiscard]] std::string_view target() const noexcept {
+    return fields_.slice(target_off_, target_len_);
+  }
   /// The raw path: the target up to '?' or '#'. For an absolute-form target
   /// ("http://host/p?q") the part after the authority; empty if there is
   /// none. For "*" it is "*". Any thread holding the head.
-  [[nodiscard]] std::string_view path() const noexcept { return fields_.slice(path_off_, path_len_); }
+  [[nodiscard]] std::string_view path() const noexcept {
+    return fields_.slice(path_off_, path_len_);
+  }
   /// The raw query: after '?' (excluded) up to '#' or the end. Any thread holding the head.
-  [[nodiscard]] std::string_view query() const noexcept { return fields_.slice(query_off_, query_len_); }
+  [[nodiscard]] std::string_view query() const noexcept {
+    return fields_.slice(query_off_, query_len_);
+  }
   /// HTTP major version (always 1). Any thread holding the head.
   [[nodiscard]] std::uint8_t version_major() const noexcept { return version_major_; }
   /// HTTP minor version (0 or 1). Any thread holding the head.
@@ -231,7 +237,8 @@ class request_head {
   [[nodiscard]] bool keep_alive() const noexcept { return keep_alive_; }
   /// How the body is delimited. Any thread holding the head.
   [[nodiscard]] body_framing framing() const noexcept { return framing_; }
-  /// The Content-Length value when framing() is content_length, else 0. Any thread holding the head.
+  /// The Content-Length value when framing() is content_length, else 0. Any thread holding the
+  /// head.
   [[nodiscard]] std::uint64_t content_length() const noexcept { return content_length_; }
   /// True for "Expect: 100-continue". Any thread holding the head.
   [[nodiscard]] bool expect_continue() const noexcept { return expect_continue_; }
