@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--root-path", default="", metavar="P", help="the ASGI root_path (mount point behind a proxy)")
     parser.add_argument("--lifespan", choices=("auto", "on", "off"), default="auto", help="ASGI lifespan protocol (default auto)")
     parser.add_argument("--cores", type=int, default=1, help="core pairs (only 1 for now)")
+    parser.add_argument("--isolation", choices=("auto", "subinterpreters", "processes"), default="auto",
+                        help="where each pair's interpreter lives (default auto)")
+    parser.add_argument("--pin", action="store_true", help="tie each pair's two threads to one CPU set")
     parser.add_argument("--server-header", default=defaults.server_header, help="Server header value ('' for none)")
     parser.add_argument("--stats-json-on-exit", metavar="FILE",
                         help="write the pair's counters as JSON to FILE at exit (and on SIGUSR1)")

@@ -81,6 +81,8 @@ class Config:
     root_path: str = ""
     lifespan: str = "auto"
     cores: int = 1
+    isolation: str = "auto"
+    pin: bool = False
     server_header: str = "cadeloop"
     stats_json_on_exit: str | None = None
     max_body: int = 1 << 30
@@ -106,6 +108,10 @@ class Config:
             raise ValueError(f"port must be an int in [0, 65535], not {self.port!r}")
         if self.uds is not None and self.fd is not None:
             raise ValueError("uds and fd cannot both be given")
+        if self.isolation not in ("auto", "subinterpreters", "processes"):
+            raise ValueError(f"isolation must be 'auto', 'subinterpreters' or 'processes', not {self.isolation!r}")
+        if not isinstance(self.cores, int) or isinstance(self.cores, bool) or not 0 <= self.cores <= 1024:
+            raise ValueError(f"cores must be an int in [0, 1024] (0: one pair per usable CPU), not {self.cores!r}")
         if self.cores != 1:
             raise ValueError(
                 f"--cores {self.cores}: more than one core pair arrives with the every-core release; "
