@@ -497,11 +497,9 @@ request_parser::request_parser(const request_limits& limits)
     : limits_{limits},
       max_header_bytes_{std::min<std::uint64_t>(limits.max_header_bytes, max_position_limit)},
       max_url_{std::min<std::uint64_t>(limits.max_url, max_position_limit)} {
-  events_.reserve(64);
-  heads_.reserve(16);
-  trailers_.reserve(4);
-  free_heads_.reserve(16);
-  free_trailers_.reserve(4);
+  // No reservations: a parser exists per connection slot, and what it would
+  // reserve up front (64 events, 16 head slots ...) is memory every idle
+  // connection would hold. The vectors grow on first use and keep it.
   reset();
 }
 
@@ -543,10 +541,32 @@ std::unique_ptr<request_head> request_parser::take_head(const parse_event& event
 }
 
 void request_parser::recycle_head(std::unique_ptr<request_head> head) {
-  if (head) {
-    head->clear();
-    free_heads_.push_back(std::move(head));
+  if (!head) {
+    return;
   }
+  if (pool_ != nullptr) {
+    pool_->give(std::move(head));
+    return;
+  }
+  head->clear();
+  free_heads_.push_back(std::move(head));
+}
+
+std::unique_ptr<request_head> head_pool::take() noexcept {
+  if (free_.empty()) {
+    return nullptr;
+  }
+  std::unique_ptr<request_head> head = std::move(free_.back());
+  free_.pop_back();
+  return head;
+}
+
+void head_pool::give(std::unique_ptr<request_head> head) {
+  if (!head || free_.size() >= max_kept_) {
+    return;  // freed here
+  }
+  head->clear();
+  free_.push_back(std::move(head));
 }
 
 std::unique_ptr<header_block> request_parser::take_trailers(const parse_event& event) noexcept {
@@ -588,10 +608,13 @@ request_head& request_parser::acquire_head() {
   }
   std::unique_ptr<request_head>& slot = heads_[heads_used_];
   if (!slot) {
-    if (!free_heads_.empty()) {
+    if (pool_ != nullptr) {
+      slot = pool_->take();
+    } else if (!free_heads_.empty()) {
       slot = std::move(free_heads_.back());
       free_heads_.pop_back();
-    } else {
+    }
+    if (!slot) {
       slot = std::make_unique<request_head>();
       // Room for a typical browser request, so a new slot does not grow (and
       // allocate) again while the pools rotate.

@@ -87,7 +87,7 @@ struct connection {
     parser.reset();
     parser.set_credit(max_pipelined);
     rbeg = rend = 0;
-    read_armed = read_eof = parser_paused = false;
+    read_armed = read_eof = parser_paused = drain_probed = false;
     no_more_requests = stop_dispatch = last_request = skipping = false;
     ever_dispatched = disconnect_sent = wrote_any = false;
     body_unacked = 0;
@@ -120,6 +120,7 @@ struct connection {
   std::size_t rend = 0;
   bool read_armed = false;
   bool read_eof = false;
+  bool drain_probed = false;  // the drain looked for bytes already sent before closing it idle
   bool parser_paused = false;
   bool no_more_requests = false;  // parse nothing more; close when the in-flight responses are written
   bool stop_dispatch = false;     // heads parsed from now on are not handed to the app
@@ -460,6 +461,7 @@ class http_server::impl {
     } else {
       slot = static_cast<std::uint32_t>(conns_.size());
       conns_.push_back(std::make_unique<connection>(slot, opt_.limits));
+      conns_.back()->parser.use_pool(&head_pool_);
     }
     connection& c = *conns_[slot];
     c.reset(opt_.max_pipelined);
@@ -511,29 +513,34 @@ class http_server::impl {
     if (!want_read(*c)) {
       return;  // reading was paused after the wait was armed; settle() re-arms
     }
-    if (!c->rbuf) {
-      c->rbuf = take_buffer();
+    read_available(*c);
+  }
+
+  // One non-blocking read and what follows from it (parsing, settling).
+  void read_available(connection& c) {
+    if (!c.rbuf) {
+      c.rbuf = take_buffer();
     }
     error_code read_ec;
-    const std::size_t n = c->socket->read_some(
-        asio::buffer(c->rbuf.get() + c->rend, opt_.read_buffer_size - c->rend), read_ec);
+    const std::size_t n =
+        c.socket->read_some(asio::buffer(c.rbuf.get() + c.rend, opt_.read_buffer_size - c.rend), read_ec);
     if (would_block(read_ec)) {
-      settle(*c);
+      settle(c);
       return;
     }
     if (read_ec == asio::error::eof) {
-      c->read_eof = true;
-      settle(*c);
+      c.read_eof = true;
+      settle(c);
       return;
     }
     if (read_ec) {
-      close_now(*c);  // reset by peer and the like: nothing can be answered
+      close_now(c);  // reset by peer and the like: nothing can be answered
       return;
     }
     ctr_.bytes_in.add(n);
-    c->rend += n;
-    process_input(*c);
-    settle(*c);
+    c.rend += n;
+    process_input(c);
+    settle(c);
   }
 
   void linger_read(connection& c) {
@@ -929,6 +936,14 @@ class http_server::impl {
       return;  // otherwise the last write calls settle() again
     }
     if (draining_ && c.in_flight() == 0 && c.out.empty() && !c.parser.mid_message() && c.rbeg == c.rend) {
+      if (!c.drain_probed && want_read(c)) {
+        // A request the client sent before the drain began may sit unread in
+        // the kernel (a connection accepted just before the listener closed):
+        // look once, so it is answered (with Connection: close), not dropped.
+        c.drain_probed = true;
+        read_available(c);
+        return;
+      }
       close_now(c);  // idle during a drain
       return;
     }
@@ -1122,6 +1137,9 @@ class http_server::impl {
   server_counters& ctr_;
   http::date_cache dates_;
 
+  // Spare request heads for every connection's parser; declared before the
+  // connections, so it outlives them.
+  http::head_pool head_pool_;
   std::vector<std::unique_ptr<connection>> conns_;
   std::vector<std::uint32_t> free_slots_;
   std::size_t open_count_ = 0;

@@ -904,7 +904,12 @@ TEST(request_parser, SteadyStateFeedsAllocateNothing) {
   count_allocations = false;
   EXPECT_EQ(allocations, 0u);
   EXPECT_GT(events, 100u);
-  // taking heads and giving them back keeps it allocation-free as well
+  // taking heads and giving them back keeps it allocation-free as well (once
+  // the spare list has room for one)
+  for (int i = 0; i < 2; ++i) {
+    parser.feed(pipelined);
+    parser.recycle_head(parser.take_head(parser.events()[0]));
+  }
   allocations = 0;
   count_allocations = true;
   for (int i = 0; i < 100; ++i) {
@@ -914,6 +919,35 @@ TEST(request_parser, SteadyStateFeedsAllocateNothing) {
   }
   count_allocations = false;
   EXPECT_EQ(allocations, 0u);
+}
+
+TEST(request_parser, HeadPoolKeepsSpareHeadsOutOfIdleParsers) {
+  cadeloop::http::head_pool pool{2};
+  request_parser a;
+  request_parser b;
+  a.use_pool(&pool);
+  b.use_pool(&pool);
+  const std::string get = vec("simple_get").input;
+  ASSERT_EQ(a.feed(get).status, feed_status::ok);
+  std::unique_ptr<request_head> head = a.take_head(a.events()[0]);
+  ASSERT_NE(head, nullptr);
+  const request_head* const raw = head.get();
+  a.recycle_head(std::move(head));
+  EXPECT_EQ(pool.size(), 1u) << "a recycled head goes to the shared pool, not to the parser";
+  // Another connection's parser reuses it: no allocation for its head.
+  allocations = 0;
+  count_allocations = true;
+  ASSERT_EQ(b.feed(get).status, feed_status::ok);
+  count_allocations = false;
+  EXPECT_EQ(pool.size(), 0u);
+  std::unique_ptr<request_head> again = b.take_head(b.events()[0]);
+  EXPECT_EQ(again.get(), raw);
+  EXPECT_EQ(again->target(), "/index.html?x=1&y=2");
+  // The pool keeps at most its bound; more are freed.
+  b.recycle_head(std::move(again));
+  b.recycle_head(std::make_unique<request_head>());
+  b.recycle_head(std::make_unique<request_head>());
+  EXPECT_EQ(pool.size(), 2u);
 }
 
 TEST(request_parser, MidMessageTellsWhetherEofTruncatesARequest) {

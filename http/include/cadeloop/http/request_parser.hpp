@@ -69,6 +69,29 @@ struct parse_error {
   bool must_close = true;
 };
 
+/// Spare request heads shared by every parser of one I/O thread: a head
+/// given back after its request is kept here rather than in its
+/// connection's parser, so an idle keep-alive connection holds none (each
+/// keeps room for a typical request, about 1.6 KiB). Keeps at most
+/// `max_kept`; more are freed. Not thread-safe: used by one I/O thread.
+class head_pool {
+ public:
+  explicit head_pool(std::size_t max_kept = 256) : max_kept_{max_kept} {}
+  head_pool(const head_pool&) = delete;
+  head_pool& operator=(const head_pool&) = delete;
+
+  /// A spare head (cleared), or nullptr when none is kept. I/O thread.
+  [[nodiscard]] std::unique_ptr<request_head> take() noexcept;
+  /// Keeps `head` for reuse (clearing it) or frees it when the pool is full. I/O thread.
+  void give(std::unique_ptr<request_head> head);
+  /// Heads kept now. I/O thread.
+  [[nodiscard]] std::size_t size() const noexcept { return free_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<request_head>> free_;
+  std::size_t max_kept_;
+};
+
 /// Incremental HTTP/1.1 request parser over llhttp (strict mode, no lenient
 /// flags). Push bytes with `feed()`; read the queued events with `events()`.
 ///
@@ -123,6 +146,10 @@ class request_parser {
   /// are taken. Its contents are dropped. I/O thread (a head coming back from
   /// the app thread arrives over the ring first).
   void recycle_head(std::unique_ptr<request_head> head);
+  /// Takes spare heads from `pool` and gives recycled ones back to it instead
+  /// of keeping them in this parser (nullptr: keep them here). The pool must
+  /// outlive the parser. I/O thread.
+  void use_pool(head_pool* pool) noexcept { pool_ = pool; }
   /// Takes ownership of the trailers of a `message_complete` event. I/O thread.
   [[nodiscard]] std::unique_ptr<header_block> take_trailers(const parse_event& event) noexcept;
   /// Gives a trailer block back for reuse. I/O thread.
@@ -217,6 +244,7 @@ class request_parser {
   std::vector<parse_event> events_;
   std::vector<std::unique_ptr<request_head>> heads_;  // slots [0, heads_used_) belong to this feed
   std::vector<std::unique_ptr<request_head>> free_heads_;
+  head_pool* pool_ = nullptr;  // when set, spare heads live there instead of free_heads_
   std::vector<std::unique_ptr<header_block>> trailers_;
   std::vector<std::unique_ptr<header_block>> free_trailers_;
   std::size_t heads_used_ = 0;
