@@ -1,12 +1,19 @@
-"""The `cadeloop` command line: `cadeloop APP [options]`."""
+"""The `cadeloop` command line: `cadeloop APP [options]`.
+
+Every setting flag is generated from the settings table (cadeloop.config).
+Settings are resolved (defaults < TOML file < environment < flags < APP)
+before the app is imported and before anything binds; a bad value from any
+source is one line on stderr and exit code 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import traceback
-from typing import Sequence
+from typing import Any, Sequence
 
 from . import _core
 
@@ -22,73 +29,112 @@ def version_text() -> str:
     return f"cadeloop {_core.__version__} on {impl} {py} ({sys.executable}); {isolation}"
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+_METAVARS = {"int": "N", "size": "SIZE", "duration": "DURATION", "float": "X", "str": "TEXT"}
+
+
+class _SettingFlag(argparse.Action):
+    """Records ("--flag", text) in order; the settings table reads and checks the text later."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        flags = list(getattr(namespace, self.dest) or [])
+        flags.append((option_string or "", values if isinstance(values, str) else ""))
+        setattr(namespace, self.dest, flags)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .server import SETTINGS, Config
+    from .config import SETTINGS
 
-    defaults = Config()
     parser = argparse.ArgumentParser(
         prog="cadeloop",
-        description="Serve an ASGI app on a core pair: a native I/O thread and a Python app thread.",
-        epilog="Exit codes: 0 stopped by SIGINT/SIGTERM, 1 start failed (address in use, error importing the app), "
-        "2 bad command line or APP not found, 3 lifespan startup failed.",
+        allow_abbrev=False,
+        description="Serve an ASGI app on core pairs: a native I/O thread and a Python app thread each.",
+        epilog="Settings also come from a TOML file (--config, or $CADELOOP_CONFIG) and CADELOOP_<NAME> "
+        "environment variables; flags override both. See docs/configuration.md. "
+        "Exit codes: 0 stopped by SIGINT/SIGTERM, 1 start failed (address in use, error importing the app), "
+        "2 bad command line or setting, or APP not found, 3 lifespan startup failed.",
     )
-    parser.add_argument("app", nargs="?", metavar="APP", help="the ASGI app as module:attribute, e.g. main:app")
+    parser.set_defaults(setting_flags=None)
+    parser.add_argument("app", nargs="?", metavar="APP",
+                        help="the ASGI app as module:attribute, e.g. main:app (or `app` in the settings file)")
     parser.add_argument("--version", action="store_true", help="print the version, the Python and own-GIL support, then exit")
-    parser.add_argument("--host", default=defaults.host, help="address to listen on (default %(default)s)")
-    parser.add_argument("--port", type=int, default=defaults.port, help="port to listen on, 0 for any (default %(default)s)")
-    parser.add_argument("--uds", metavar="PATH", help="listen on a Unix socket instead")
-    parser.add_argument("--fd", type=int, help="serve an inherited listening socket (systemd socket activation)")
-    parser.add_argument("--app-dir", metavar="DIR", help="import APP from DIR (default: the current directory)")
-    parser.add_argument("--factory", action="store_true", help="APP is a factory: call it to get the app")
-    parser.add_argument("--root-path", default="", metavar="P", help="the ASGI root_path (mount point behind a proxy)")
-    parser.add_argument("--lifespan", choices=("auto", "on", "off"), default="auto", help="ASGI lifespan protocol (default auto)")
-    parser.add_argument("--cores", type=int, default=1, help="core pairs (only 1 for now)")
-    parser.add_argument("--isolation", choices=("auto", "subinterpreters", "processes"), default="auto",
-                        help="where each pair's interpreter lives (default auto)")
-    parser.add_argument("--pin", action="store_true", help="tie each pair's two threads to one CPU set")
-    parser.add_argument("--server-header", default=defaults.server_header, help="Server header value ('' for none)")
-    parser.add_argument("--stats-json-on-exit", metavar="FILE",
-                        help="write the pair's counters as JSON to FILE at exit (and on SIGUSR1)")
-    for name, (kind, low, high, text) in SETTINGS.items():
-        parser.add_argument(_flag(name), type=kind, default=getattr(defaults, name), metavar="N",
-                            help=f"{text} (default %(default)s)")
+    parser.add_argument("--config", metavar="FILE", help="read settings from this TOML file (default: $CADELOOP_CONFIG)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print every resolved setting, its value and where it came from, then exit")
+    parser.add_argument("--print-reference", action="store_true",
+                        help="print the settings reference (docs/configuration.md) in Markdown, then exit")
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for name, row in SETTINGS.items():
+        if name == "app":
+            continue  # the positional APP
+        group = groups.get(row["section"])
+        if group is None:
+            group = groups[row["section"]] = parser.add_argument_group(row["section"].lower())
+        notes = [f"default {row['default_text'] or chr(34) * 2}"]
+        if row["min_text"] is not None:
+            notes.append(f"{row['min_text']}..{row['max_text']}")
+        if row["nullable"]:
+            notes.append(f"none: {row['none_means']}")
+        text = f"{row['doc']} ({'; '.join(notes)})".replace("%", "%%")
+        if row["kind"] == "bool":
+            group.add_argument(row["flag"], "--no-" + row["flag"][2:], dest="setting_flags", nargs=0,
+                               action=_SettingFlag, help=text)
+            continue
+        metavar = "{" + ",".join(row["choices"]) + "}" if row["choices"] else _METAVARS[row["kind"]]
+        group.add_argument(row["flag"], dest="setting_flags", action=_SettingFlag, metavar=metavar, help=text)
     return parser
 
 
+def _fail(line: str) -> int:
+    print(f"cadeloop: {line}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from .config import SettingError, format_config, reference, resolve
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        unknown = next((a for a in extra if a.startswith("-")), None)
+        if unknown is None:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        try:
+            resolve(flags=[(unknown.partition("=")[0], "")])
+        except SettingError as exc:
+            return _fail(str(exc))
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.version:
         print(version_text())
         return 0
-    if not args.app:
-        parser.print_usage(sys.stderr)
-        print("cadeloop: missing APP, the ASGI app to serve as module:attribute (e.g. cadeloop main:app)", file=sys.stderr)
-        return 2
+    if args.print_reference:
+        sys.stdout.write(reference())
+        return 0
 
-    from .server import AppLoadError, Config, Server, StartupError, _configure_logging, load_app
-
-    settings = {k: v for k, v in vars(args).items() if k not in ("app", "version")}
-    config = Config(app=args.app, **settings)
     try:
-        config.check()
-    except ValueError as exc:
-        print(f"cadeloop: {exc}", file=sys.stderr)
-        return 2
+        resolved = resolve(file=args.config, environ=os.environ, flags=args.setting_flags or (),
+                           arguments={"app": args.app} if args.app else None, arguments_origin="argument APP")
+    except SettingError as exc:
+        return _fail(str(exc))
+    if args.print_config:
+        sys.stdout.write(format_config(resolved))
+        return 0
+    config = resolved.config
+    if not config.app:
+        parser.print_usage(sys.stderr)
+        return _fail("missing APP, the ASGI app to serve as module:attribute (e.g. cadeloop main:app)")
+
+    from .server import AppLoadError, Server, StartupError, _configure_logging, load_app
+
     _configure_logging()
     # The app is imported and checked before anything binds.
     try:
-        app = load_app(args.app, config.app_dir, config.factory)
+        app = load_app(config.app, config.app_dir, config.factory)
     except AppLoadError as exc:
-        print(f"cadeloop: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     except Exception:
         traceback.print_exc()
-        print(f"cadeloop: importing {args.app!r} raised the exception above", file=sys.stderr)
+        print(f"cadeloop: importing {config.app!r} raised the exception above", file=sys.stderr)
         return 1
     try:
         Server(app, config).run()

@@ -1,0 +1,326 @@
+"""Every server setting, from the one table in C++ (config/, exposed by cadeloop._core).
+
+Precedence, lowest first: the table's defaults < a TOML file < `CADELOOP_*`
+environment variables < command-line flags < `serve()` / `Config()`
+arguments. A bad value from any source raises `SettingError` (a ValueError)
+whose text is one line naming where it came from:
+
+    cadeloop.toml:12: max_body: expected a size like "16MiB", got -1
+    CADELOOP_MAX_BODY: expected a size like "16MiB", got "abc"
+    --max-pipelined: max_pipelined: must be between 1 and 1024, got 5000
+
+`resolve()` is what the command line and `serve()` both use. Nothing here
+imports the app or binds a socket.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Iterable, Mapping
+
+from . import _core
+
+__all__ = [
+    "Config", "Resolved", "SettingError", "SETTINGS", "ENV_PREFIX", "resolve", "format_config", "reference",
+]
+
+SettingError = _core.SettingError
+
+#: Every setting's row of the table (name, kind, default, min, max, nullable,
+#: choices, unit, section, doc, flag), by name, in the reference's order.
+SETTINGS: dict[str, dict[str, Any]] = {row["name"]: row for row in _core.settings_table()}
+
+#: The default prefix of the environment variables; CADELOOP_CONFIG names a TOML file.
+ENV_PREFIX = "CADELOOP_"
+CONFIG_VARIABLE = "CONFIG"
+
+# What the native core pair reads from `core_options()` besides the listen address.
+_CORE_OPTION_NAMES = (
+    "max_body", "max_url", "max_header_bytes", "max_headers", "max_pipelined", "body_window", "send_high_mark",
+    "max_connections", "max_requests_in_flight", "request_line_timeout", "keepalive_idle", "grace", "backlog",
+    "io_spin_us", "root_path", "server_header", "access_log", "access_log_format",
+)
+# request_limits::unlimited in http/request.hpp: max_body = none.
+_UNLIMITED = 2**64 - 1
+
+
+def _default(name: str) -> Any:
+    return SETTINGS[name]["default"]
+
+
+@dataclasses.dataclass
+class Config:
+    """Every server setting; the fields are the table's rows (a test keeps them equal).
+
+    `Config(**settings)` checks and normalises each value through the table
+    ("16MiB" -> 16777216, "500ms" -> 0.5) and raises SettingError with one
+    line. `app` may also be an ASGI app object (serve()).
+    """
+
+    app: Any = _default("app")
+    app_dir: str | None = _default("app_dir")
+    factory: bool = _default("factory")
+    root_path: str = _default("root_path")
+    lifespan: str = _default("lifespan")
+    server_header: str = _default("server_header")
+    host: str = _default("host")
+    port: int = _default("port")
+    uds: str | None = _default("uds")
+    fd: int | None = _default("fd")
+    backlog: int = _default("backlog")
+    cores: int = _default("cores")
+    isolation: str = _default("isolation")
+    pin: bool = _default("pin")
+    max_body: int | None = _default("max_body")
+    max_url: int = _default("max_url")
+    max_header_bytes: int = _default("max_header_bytes")
+    max_headers: int = _default("max_headers")
+    max_pipelined: int = _default("max_pipelined")
+    max_connections: int = _default("max_connections")
+    max_requests_in_flight: int = _default("max_requests_in_flight")
+    request_line_timeout: float = _default("request_line_timeout")
+    keepalive_idle: float = _default("keepalive_idle")
+    grace: float = _default("grace")
+    body_window: int = _default("body_window")
+    send_high_mark: int = _default("send_high_mark")
+    log_level: str = _default("log_level")
+    access_log: bool = _default("access_log")
+    access_log_format: str = _default("access_log_format")
+    access_log_file: str | None = _default("access_log_file")
+    stats_port: int | None = _default("stats_port")
+    stats_host: str = _default("stats_host")
+    stats_json_on_exit: str | None = _default("stats_json_on_exit")
+    io_spin_us: int = _default("io_spin_us")
+    spin_us: int = _default("spin_us")
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def _normalise(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "app" and value is not None and not isinstance(value, str):
+                continue  # an ASGI app object given to serve()
+            setattr(self, f.name, _core.check_setting(f.name, value))
+
+    def check(self) -> None:
+        """Checks every value again (fields may have been assigned since) and the settings that go together."""
+        self._normalise()
+        if self.uds is not None and self.fd is not None:
+            raise SettingError("uds and fd cannot both be given")
+        problem = _core.check_access_log_format(self.access_log_format)
+        if problem:
+            raise SettingError(problem if problem.startswith("access_log_format") else f"access_log_format: {problem}")
+
+    def core_options(self) -> dict[str, Any]:
+        """The dict cadeloop._core.ServerCore reads: limits, timeouts and where to listen."""
+        if self.uds is not None:
+            listen: dict[str, Any] = {"kind": "unix", "path": self.uds}
+        elif self.fd is not None:
+            listen = {"kind": "fd", "fd": self.fd}
+        else:
+            listen = {"kind": "tcp", "host": self.host, "port": self.port}
+        opts = {name: getattr(self, name) for name in _CORE_OPTION_NAMES}
+        if opts["max_body"] is None:
+            opts["max_body"] = _UNLIMITED
+        opts["access_log_file"] = self.access_log_file or ""  # "" is stderr
+        opts.update(listen)
+        return opts
+
+    def describe_listen(self) -> str:
+        if self.uds is not None:
+            return f"unix:{self.uds}"
+        if self.fd is not None:
+            return f"fd {self.fd}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @classmethod
+    def from_env(cls, prefix: str = ENV_PREFIX, environ: Mapping[str, str] | None = None) -> Config:
+        """Defaults overridden by the `<prefix><NAME>` environment variables (not the file they may name)."""
+        return resolve(environ=os.environ if environ is None else environ, prefix=prefix, use_config_variable=False).config
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> Config:
+        """Defaults overridden by the TOML file at `path`."""
+        return resolve(file=path).config
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A resolved Config and, per setting, where its value came from.
+
+    Origins read "default", "cadeloop.toml:12", "env CADELOOP_MAX_BODY",
+    "flag --max-body", or the arguments' origin ("serve()", "argument APP").
+    """
+
+    config: Config
+    origins: dict[str, str]
+    file: str | None = None
+
+
+def resolve(
+    *,
+    file: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    prefix: str = ENV_PREFIX,
+    flags: Iterable[tuple[str, str]] = (),
+    arguments: Mapping[str, Any] | None = None,
+    arguments_origin: str = "serve()",
+    use_config_variable: bool = True,
+) -> Resolved:
+    """Every setting by precedence: defaults < `file` < `environ` < `flags` < `arguments`.
+
+    `file` is a TOML file; when it is None and `use_config_variable` is set,
+    `<prefix>CONFIG` in `environ` names it. `environ` is read for variables
+    starting with `prefix` (None: no environment layer). `flags` are
+    ("--max-body", "16MiB") pairs as typed on the command line; a boolean
+    flag has the text "" ("--access-log") and its negation ("--no-access-log")
+    too. `arguments` are keyword values (serve(), Config()); an ASGI app object
+    as `app` is kept as it is. Raises SettingError (one line).
+    """
+    if file is None and use_config_variable and environ is not None:
+        file = environ.get(prefix + CONFIG_VARIABLE) or None
+    args = dict(arguments or {})
+    app_object = None
+    if "app" in args and args["app"] is not None and not isinstance(args["app"], str):
+        app_object = args.pop("app")
+    rows = _core.resolve_settings(
+        file=None if file is None else os.fspath(file),
+        environ=None if environ is None else dict(environ),
+        prefix=prefix,
+        flags=list(flags),
+        arguments=args,
+        arguments_origin=arguments_origin,
+    )
+    values = {name: value for name, value, _ in rows}
+    origins = {name: origin for name, _, origin in rows}
+    if app_object is not None:
+        values["app"] = app_object
+        origins["app"] = arguments_origin
+    config = Config(**values)
+    return Resolved(config, origins, None if file is None else os.fspath(file))
+
+
+def format_config(resolved: Resolved) -> str:
+    """`--print-config`: every setting as a TOML line with where its value came from (valid TOML)."""
+    lines = []
+    for name in SETTINGS:
+        value = getattr(resolved.config, name)
+        if name == "app" and value is not None and not isinstance(value, str):
+            text = repr(f"{type(value).__module__}.{type(value).__qualname__} object")
+        else:
+            text = _core.format_setting(name, value, toml=True)
+        lines.append((f"{name} = {text}", resolved.origins[name]))
+    width = max(len(left) for left, _ in lines)
+    return "".join(f"{left.ljust(width)}  # {origin}\n" for left, origin in lines)
+
+
+# --------------------------------------------------------------------------- the reference
+
+_KIND_TEXT = {
+    "int": "integer",
+    "size": "size",
+    "duration": "duration",
+    "float": "number",
+    "bool": "boolean",
+    "str": "string",
+    "choice": "one of",
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def reference() -> str:
+    """docs/configuration.md, generated from the table (`python -m cadeloop --print-reference`)."""
+    out = [
+        "# Configuration",
+        "",
+        "<!-- Generated from the settings table in config/table.cpp by",
+        "     `python -m cadeloop --print-reference > docs/configuration.md`",
+        "     (or scripts/gen-config-doc). Do not edit by hand. -->",
+        "",
+        "Every setting is declared once, in `config/table.cpp`, and reaches cadeloop",
+        "from any of these sources; a later source overrides an earlier one:",
+        "",
+        "1. the default below;",
+        "2. a TOML file: `--config FILE`, or the file `CADELOOP_CONFIG` names;",
+        "3. an environment variable `CADELOOP_<NAME>` (`CADELOOP_MAX_BODY=16MiB`);",
+        "4. a command-line flag (`--max-body 16MiB`; `--access-log` / `--no-access-log` for booleans);",
+        "5. a keyword argument of `cadeloop.serve()` or `cadeloop.config.Config()` (`max_body=\"16MiB\"`).",
+        "",
+        "`cadeloop APP --print-config` prints every resolved setting, its value and",
+        "where that value came from, then exits.",
+        "",
+        "A bad value or an unknown name from any source stops start-up before the",
+        "app is imported and before anything binds, with one line naming the",
+        "source and exit code 2:",
+        "",
+        "```text",
+        "cadeloop: cadeloop.toml:12: max_body: expected a size like \"16MiB\", got -1",
+        "cadeloop: CADELOOP_MAX_BODY: expected a size like \"16MiB\", got \"abc\"",
+        "cadeloop: --max-pipelined: max_pipelined: must be between 1 and 1024, got 5000",
+        "cadeloop: cadeloop.toml:3: unknown setting \"max_bdy\" (did you mean \"max_body\"?)",
+        "```",
+        "",
+        "`serve()` raises the same line as `cadeloop.config.SettingError` (a",
+        "`ValueError`), or `TypeError` for an unknown keyword.",
+        "",
+        "## Values",
+        "",
+        "- **size**: bytes, as `16MiB`, `64KiB`, `1GiB`, `1.5GiB` (powers of 1024),",
+        "  `10MB`, `1kB` (powers of 1000), or a bare number of bytes (`512`). In",
+        "  TOML: an integer (bytes) or a string with a unit.",
+        "- **duration**: seconds, as `30s`, `500ms`, `250us`, `2m`, `1h`, or a bare",
+        "  number of seconds (`1.5`). In TOML: a number (seconds) or a string with a unit.",
+        "- **boolean**: `true`/`false` (also `yes`/`no`, `on`/`off`, `1`/`0` in",
+        "  variables). In TOML: `true` or `false`.",
+        "- **integer**, **string**, **one of**: as written; in TOML an integer or a string.",
+        "- **none**: settings marked *none allowed* take the word `none` (in TOML",
+        "  the string `\"none\"`, in Python `None`) to remove a limit or leave a path unset.",
+        "",
+        "A TOML file holds settings as top-level keys, the app included:",
+        "",
+        "```toml",
+        "app = \"main:app\"",
+        "port = 8080",
+        "max_body = \"16MiB\"",
+        "keepalive_idle = \"30s\"",
+        "access_log = true",
+        "```",
+        "",
+        "Variables that start with `CADELOOP_` and are not settings are refused, except:",
+        "",
+    ]
+    explain = {
+        "CONFIG": "the TOML file to read when `--config` is not given",
+        "FUZZ_SECONDS": "seconds per fuzz target in `scripts/test` (not read by the server)",
+        "FUZZ_JOBS": "parallel fuzz targets in `scripts/fuzz` (not read by the server)",
+    }
+    for name in _core.environment_names_not_settings():
+        out.append(f"- `{ENV_PREFIX}{name}`: {explain.get(name, 'not a setting')}")
+    section = None
+    for name, row in SETTINGS.items():
+        if row["section"] != section:
+            section = row["section"]
+            out += ["", f"## {section}", "", "| Setting | Kind | Default | Range | Description |",
+                    "|---|---|---|---|---|"]
+        kind = _KIND_TEXT[row["kind"]]
+        if row["choices"]:
+            kind += " " + ", ".join(f"`{c}`" for c in row["choices"])
+        if row["unit"]:
+            kind += f" ({row['unit']})"
+        if row["nullable"]:
+            kind += f"; none allowed: {row['none_means']}"
+        default = row["default_text"]
+        default_cell = f"`{default}`" if default else '`""`'
+        bounds = f"{row['min_text']} .. {row['max_text']}" if row["min_text"] is not None else ""
+        env = ENV_PREFIX + name.upper()
+        flag = "`APP` (argument)" if name == "app" else f"`{row['flag']}`"
+        names = f"`{name}`<br>{flag}<br>`{env}`"
+        out.append(f"| {names} | {_cell(kind)} | {_cell(default_cell)} | {bounds} | {_cell(row['doc'])} |")
+    out.append("")
+    return "\n".join(out)
