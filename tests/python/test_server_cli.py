@@ -41,13 +41,6 @@ def test_exception_while_importing_shows_its_traceback() -> None:
     assert "RuntimeError: broken at import time" in p.stderr
 
 
-def test_more_than_one_core_is_refused_for_now() -> None:
-    p = run_cli("raw_app:app", "--cores", "4")
-    assert p.returncode == 2
-    assert p.stderr.startswith("cadeloop: --cores 4: more than one core pair arrives with")
-    assert p.stderr.count("\n") == 1
-
-
 def test_port_in_use_is_one_line() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
