@@ -16,7 +16,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <deque>
+#include "fifo.hpp"
 #include <optional>
 #include <span>
 #include <utility>
@@ -68,6 +68,15 @@ bool would_block(const error_code& ec) noexcept {
   return ec == asio::error::would_block || ec == asio::error::try_again;
 }
 
+// What the server remembers of one request in flight until its response
+// ends: for the latency histogram, the status class and the access log.
+struct request_record {
+  clock_type::time_point dispatched{};  // when the head was handed to the app
+  std::uint64_t bytes = 0;              // response bytes the app sent for it
+  std::uint16_t status = 0;             // as carried by send_flags::status
+  std::string log;                      // access_log::capture()'s fields ("" when the log is off)
+};
+
 // A response for a request behind the head of the line: held until every
 // earlier response is finished.
 struct later_response {
@@ -98,11 +107,13 @@ struct connection {
     error_status = 0;
     error_reason = {};
     later.clear();
+    records.clear();
     out.clear();
     out_offset = 0;
     unsent = 0;
     write_armed = dirty = drain_wanted = false;
     lingered = 0;
+    client_text.clear();
   }
 
   std::uint32_t slot;
@@ -111,6 +122,7 @@ struct connection {
   std::optional<socket_type> socket;
   socket_address client;
   socket_address server;
+  std::string client_text;  // client.to_string(), made when the access log first needs it
   http::request_parser parser;
 
   // Read side. Unparsed bytes stay in [rbeg, rend) only while the parser is
@@ -139,11 +151,12 @@ struct connection {
   bool hol_started = false;  // bytes of the head-of-line response are queued
   std::uint16_t error_status = 0;  // an error to answer once nothing is in flight
   std::string_view error_reason{};
-  std::deque<later_response> later;  // index i is request hol_seq + 1 + i
+  fifo<later_response> later;  // index i is request hol_seq + 1 + i
+  fifo<request_record> records;  // one per request in flight: index i is request hol_seq + i
 
   // Write side: out holds the bytes in wire order; the first one is written
   // from out_offset. unsent counts out and later.
-  std::deque<byte_buffer> out;
+  fifo<byte_buffer> out;
   std::size_t out_offset = 0;
   std::uint64_t unsent = 0;
   bool write_armed = false;
@@ -184,6 +197,9 @@ class http_server::impl {
         timer_{io} {
     opt_.max_pipelined = std::max<std::uint32_t>(opt_.max_pipelined, 1);
     opt_.read_buffer_size = std::max<std::size_t>(opt_.read_buffer_size, 1024);
+    if (opt_.access_log.enabled) {
+      log_ = std::make_unique<access_log>(opt_.access_log);
+    }
   }
 
   ~impl() {
@@ -224,6 +240,13 @@ class http_server::impl {
     }
     if (flags.notify_drained) {
       c->drain_wanted = true;
+    }
+    if (index < c->records.size()) {
+      request_record& rec = c->records[index];
+      rec.bytes += bytes.size();
+      if (flags.status != 0) {
+        rec.status = flags.status;
+      }
     }
     if (index == 0) {
       if (!bytes.empty()) {
@@ -664,7 +687,18 @@ class http_server::impl {
     request_info info{c.client, c.server, body, draining_, false};
     std::unique_ptr<http::request_head> head = c.parser.take_head(ev);
     const std::uint32_t seq = c.next_seq;
-    sink_.on_request(c.id(), seq, std::move(head), info);
+    // The record first, so an allocation failure leaves nothing handed over.
+    c.records.emplace_back();
+    if (log_) {
+      log_->capture(*head, c.records.back().log);  // the head itself goes to the app
+    }
+    try {
+      sink_.on_request(c.id(), seq, std::move(head), info);
+    } catch (...) {
+      c.records.pop_back();
+      throw;
+    }
+    c.records.back().dispatched = clock_type::now();
     ++c.next_seq;
     ++in_flight_total_;
     c.ever_dispatched = true;
@@ -745,8 +779,12 @@ class http_server::impl {
   }
 
   void queue_error_response(connection& c, std::uint16_t status, std::string_view reason) {
+    ctr_.count_status(status);
     scratch_.clear();
     append_error_response(status, reason, dates_, opt_.server_header, scratch_);
+    if (log_) {
+      log_line(c, {}, status, scratch_.size(), 0);
+    }
     append_out(c, byte_buffer::copy_of(scratch_));
     c.error_status = 0;
     c.no_more_requests = true;
@@ -755,7 +793,9 @@ class http_server::impl {
   // The head-of-line response finished: move on to the next request, whose
   // response may already be waiting (pipelining), and give the parser credit.
   void finish_hol(connection& c, bool keep_alive) {
+    const clock_type::time_point now = clock_type::now();
     for (;;) {
+      complete_record(c, now);
       const std::uint32_t done = c.hol_seq;
       ++c.hol_seq;
       c.hol_started = false;
@@ -804,8 +844,36 @@ class http_server::impl {
     }
   }
 
+  // The head-of-line response ended: its status class, its latency.
+  void complete_record(connection& c, clock_type::time_point now) {
+    if (c.records.empty()) {
+      return;
+    }
+    const request_record& rec = c.records.front();
+    ctr_.count_status(rec.status);
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - rec.dispatched).count();
+    const std::uint64_t duration = us > 0 ? static_cast<std::uint64_t>(us) : 0;
+    ctr_.latency.record(duration);
+    if (log_) {
+      log_line(c, rec.log, rec.status, rec.bytes, duration);
+    }
+    c.records.pop_front();
+  }
+
+  // Queues one access-log line; a full queue drops it (counted), never waits.
+  void log_line(connection& c, std::string_view captured, unsigned status, std::uint64_t bytes,
+                std::uint64_t duration_us) {
+    if (c.client_text.empty()) {
+      c.client_text = c.client.to_string();
+    }
+    if (!log_->write(captured, c.client_text, status, bytes, duration_us)) {
+      ctr_.access_log_dropped.add();
+    }
+  }
+
   // Forgets every request in flight (their responses will be dropped as stale).
   void abandon_in_flight(connection& c, bool send_disconnect) {
+    c.records.clear();
     const std::uint32_t n = c.in_flight();
     in_flight_total_ -= n;
     ctr_.requests_in_flight.sub(n);
@@ -1135,6 +1203,7 @@ class http_server::impl {
   event_sink& sink_;
   server_options opt_;
   server_counters& ctr_;
+  std::unique_ptr<access_log> log_;  // null when the access log is off
   http::date_cache dates_;
 
   // Spare request heads for every connection's parser; declared before the

@@ -4,12 +4,21 @@
 // per-request path lives in server_bridge.cpp on the raw C API.
 #include <pybind11/stl.h>
 
+#include <cadeloop/net/access_log.hpp>
 #include <cadeloop/runtime/core_pair.hpp>
+#include <cadeloop/runtime/stats_page.hpp>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "register.hpp"
 #include "server_bridge.hpp"
@@ -38,6 +47,136 @@ std::chrono::milliseconds seconds_option(const py::dict& options, const char* ke
   }
   const double s = py::object(options[key]).cast<double>();
   return std::chrono::milliseconds{static_cast<std::int64_t>(s * 1000.0)};
+}
+
+/// A stats snapshot as a dict: every counter of pair_stats_snapshot under its
+/// own name, `state` as its name, the latency percentiles (µs; see
+/// runtime::latency_percentile_us for the error bound) and `latency_buckets`
+/// (counts; bounds from latency_bucket_bounds_us()).
+py::dict snapshot_dict(const runtime::pair_stats_snapshot& s) {
+  py::dict d;
+  d["valid"] = s.valid;
+  d["index"] = s.index;
+  d["pid"] = s.pid;
+  d["state"] = std::string{runtime::state_name(s.state)};
+  d["started_unix_ms"] = s.started_unix_ms;
+  d["requests"] = s.requests;
+  d["responses"] = s.responses;
+  d["responses_1xx"] = s.responses_1xx;
+  d["responses_2xx"] = s.responses_2xx;
+  d["responses_3xx"] = s.responses_3xx;
+  d["responses_4xx"] = s.responses_4xx;
+  d["responses_5xx"] = s.responses_5xx;
+  d["requests_in_flight"] = s.requests_in_flight;
+  d["bytes_in"] = s.bytes_in;
+  d["bytes_out"] = s.bytes_out;
+  d["unsent_bytes"] = s.unsent_bytes;
+  d["connections_accepted"] = s.connections_accepted;
+  d["connections_open"] = s.connections_open;
+  d["protocol_errors"] = s.protocol_errors;
+  d["timeouts"] = s.timeouts;
+  d["stale_messages"] = s.stale_messages;
+  d["accept_pauses"] = s.accept_pauses;
+  d["write_calls"] = s.write_calls;
+  d["access_log_dropped"] = s.access_log_dropped;
+  d["io_passes"] = s.io_passes;
+  d["io_parks"] = s.io_parks;
+  d["spins"] = s.spins;
+  d["spin_hits"] = s.spin_hits;
+  d["inbound_messages"] = s.inbound_messages;
+  d["inbound_depth"] = s.inbound_depth;
+  d["wakeups_to_app"] = s.wakeups_to_app;
+  d["outbound_messages"] = s.outbound_messages;
+  d["outbound_depth"] = s.outbound_depth;
+  d["app_parks"] = s.app_parks;
+  d["wakeups_to_io"] = s.wakeups_to_io;
+  d["loop_ticks"] = s.loop_ticks;
+  d["app_errors"] = s.app_errors;
+  d["latency_count"] = s.latency_count;
+  d["latency_sum_us"] = s.latency_sum_us;
+  const runtime::latency_percentiles p = runtime::percentiles(s);
+  d["latency_p50_us"] = p.p50_us;
+  d["latency_p90_us"] = p.p90_us;
+  d["latency_p99_us"] = p.p99_us;
+  d["latency_p999_us"] = p.p999_us;
+  py::list buckets(s.latency_buckets.size());
+  for (std::size_t i = 0; i < s.latency_buckets.size(); ++i) {
+    buckets[i] = py::int_(s.latency_buckets[i]);
+  }
+  d["latency_buckets"] = std::move(buckets);
+  return d;
+}
+
+/// _core.StatsRegion: pages in one MAP_SHARED mapping (runtime::stats_region).
+/// Made in the main interpreter of the main process, before worker processes
+/// are forked (they inherit the mapping). Its methods only read the pages:
+/// any thread holding this interpreter's GIL may call them, in the main
+/// process or a forked child. Pairs in sub-interpreters are placed on a page
+/// by its address (an int), since no Python object crosses interpreters: the
+/// region object must then stay alive in the main interpreter until every
+/// such pair has ended.
+class py_stats_region {
+ public:
+  explicit py_stats_region(std::size_t pages) : region_{pages} {}
+
+  [[nodiscard]] std::size_t size() const noexcept { return region_.size(); }
+  runtime::pair_stats_page& page(std::size_t i) { return region_.page(i); }
+  [[nodiscard]] std::uintptr_t address(std::size_t i) { return reinterpret_cast<std::uintptr_t>(&region_.page(i)); }
+  [[nodiscard]] py::dict snapshot(std::size_t i) const { return snapshot_dict(runtime::snapshot(region_.page(i))); }
+  [[nodiscard]] py::list snapshot_all() const {
+    py::list out;
+    for (const runtime::pair_stats_snapshot& s : region_.snapshot_all()) {
+      out.append(snapshot_dict(s));
+    }
+    return out;
+  }
+  [[nodiscard]] py::dict totals() const {
+    const std::vector<runtime::pair_stats_snapshot> all = region_.snapshot_all();
+    return snapshot_dict(runtime::merge(all));
+  }
+
+ private:
+  runtime::stats_region region_;
+};
+
+/// Whether [address, address + size) is mapped in this process (mincore
+/// fails with ENOMEM otherwise), so a wrong integer gives a ValueError, not
+/// a crash.
+bool mapped(std::uintptr_t address, std::size_t size) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t start = address & ~(page - 1);
+  const std::uintptr_t end = address + size;
+  std::vector<unsigned char> residency((end - start + page - 1) / page);
+  return ::mincore(reinterpret_cast<void*>(start), end - start, residency.data()) == 0;
+}
+
+/// The page `options` place a pair on: "stats_region" (a StatsRegion) with
+/// "stats_index", or "stats_page_address" (an int from StatsRegion.address)
+/// with "stats_index"; nullptr when neither is given (the pair keeps a
+/// private page). `keep` holds the region object while the pair lives.
+runtime::pair_stats_page* stats_page_option(const py::dict& options, std::uint32_t index, py::object& keep) {
+  if (options.contains("stats_region") && !py::object(options["stats_region"]).is_none()) {
+    py::object region = options["stats_region"];
+    auto& r = region.cast<py_stats_region&>();
+    if (index >= r.size()) {
+      throw py::value_error("stats_index " + std::to_string(index) + " is outside the stats region (" +
+                            std::to_string(r.size()) + " pages)");
+    }
+    keep = std::move(region);
+    return &r.page(index);
+  }
+  const auto address = option<std::uintptr_t>(options, "stats_page_address", 0);
+  if (address == 0) {
+    return nullptr;
+  }
+  if (address % alignof(runtime::pair_stats_page) != 0 || !mapped(address, sizeof(runtime::pair_stats_page))) {
+    throw py::value_error("stats_page_address is not the address of a stats page");
+  }
+  auto* page = reinterpret_cast<runtime::pair_stats_page*>(address);
+  if (!page->valid() || page->header.index.load(std::memory_order_relaxed) != index) {
+    throw py::value_error("stats_page_address is not page " + std::to_string(index) + " of a live StatsRegion");
+  }
+  return page;
 }
 
 /// One core pair and its bridge. Made, used and destroyed on the loop thread
@@ -70,8 +209,14 @@ class server_core {
     s.keepalive_idle = seconds_option(options, "keepalive_idle", s.keepalive_idle);
     s.linger_timeout = seconds_option(options, "linger_timeout", s.linger_timeout);
     s.server_header = option<std::string>(options, "server_header", s.server_header);
+    s.access_log.enabled = option<bool>(options, "access_log", false);
+    s.access_log.format = option<std::string>(options, "access_log_format", "");
+    s.access_log.file = option<std::string>(options, "access_log_file", "");
+    s.access_log.queue_lines = option<std::size_t>(options, "access_log_queue", s.access_log.queue_lines);
     o.grace = seconds_option(options, "grace", o.grace);
     o.spin = std::chrono::microseconds{option<std::int64_t>(options, "io_spin_us", 0)};
+    o.index = option<std::uint32_t>(options, "stats_index", 0);
+    o.stats_page = stats_page_option(options, o.index, region_);
     const std::string server_header = s.server_header;
     pair_ = std::make_unique<runtime::core_pair>(std::move(o));
 
@@ -133,30 +278,7 @@ class server_core {
   void close_bridge() { bridge_.reset(); }
 
   py::dict stats() const {
-    const runtime::core_pair_stats s = pair_->stats();
-    py::dict d;
-    d["requests"] = s.requests;
-    d["responses"] = s.responses;
-    d["requests_in_flight"] = s.requests_in_flight;
-    d["bytes_in"] = s.bytes_in;
-    d["bytes_out"] = s.bytes_out;
-    d["unsent_bytes"] = s.unsent_bytes;
-    d["connections_accepted"] = s.connections_accepted;
-    d["connections_open"] = s.connections_open;
-    d["protocol_errors"] = s.protocol_errors;
-    d["timeouts"] = s.timeouts;
-    d["stale_messages"] = s.stale_messages;
-    d["accept_pauses"] = s.accept_pauses;
-    d["write_calls"] = s.write_calls;
-    d["io_passes"] = s.io_passes;
-    d["io_parks"] = s.io_parks;
-    d["inbound_messages"] = s.inbound_messages;
-    d["inbound_depth"] = s.inbound_depth;
-    d["wakeups_to_app"] = s.wakeups_to_app;
-    d["outbound_messages"] = s.outbound_messages;
-    d["outbound_depth"] = s.outbound_depth;
-    d["app_parks"] = s.app_parks;
-    d["wakeups_to_io"] = s.wakeups_to_io;
+    py::dict d = snapshot_dict(pair_->stats());
     if (bridge_) {
       const server::bridge_stats& b = bridge_->stats();
       d["app_requests"] = b.requests;
@@ -170,6 +292,7 @@ class server_core {
   }
 
  private:
+  py::object region_;  // the StatsRegion the pair's page is in (None: private page or by address)
   std::unique_ptr<runtime::core_pair> pair_;
   std::unique_ptr<server::bridge> bridge_;
   bool started_ = false;
@@ -211,7 +334,47 @@ void register_server(py::module_& m) {
            "App tasks still running.")
       .def("cancel_tasks", [](server_core& core) { core.bridge().cancel_tasks(); }, "Cancels every running app task.")
       .def("close", &server_core::close_bridge, "Drops the bridge; detach it from the loop first.")
-      .def("stats", &server_core::stats, "The pair's and the bridge's counters.");
+      .def("stats", &server_core::stats,
+           "The pair's counters (read from its stats page, with latency percentiles) and the bridge's. Loop thread.");
+
+  py::class_<py_stats_region>(
+      m, "StatsRegion",
+      "Per-pair stats pages in one MAP_SHARED mapping: make it in the main process before forking workers, "
+      "place pair i on page i (ServerCore options stats_region + stats_index, or stats_page_address + "
+      "stats_index), read every page from the main process without locks. It survives os.fork().")
+      .def(py::init<std::size_t>(), py::arg("pages"))
+      .def("__len__", &py_stats_region::size)
+      .def("address", &py_stats_region::address, py::arg("index"),
+           "The address of page `index` as an int, for a pair in another interpreter (ServerCore option "
+           "stats_page_address). Valid while this object lives.")
+      .def("snapshot", &py_stats_region::snapshot, py::arg("index"), "Page `index`'s counters as a dict.")
+      .def("snapshot_all", &py_stats_region::snapshot_all, "Every page's counters, in index order.")
+      .def("totals", &py_stats_region::totals,
+           "The sum of every page in use (histograms merged, so its percentiles are the process's).");
+  m.def(
+      "flush_access_logs",
+      [](double timeout) {
+        py::gil_scoped_release nogil;
+        return net::flush_access_logs(std::chrono::milliseconds{static_cast<std::int64_t>(timeout * 1000.0)});
+      },
+      py::arg("timeout") = 5.0,
+      "Waits (GIL released) until every access-log line queued in this process is written and flushed; "
+      "False on timeout. Call it after the pairs stopped, before the process exits (os._exit skips it).");
+  m.def("check_access_log_format", &net::check_access_log_format, py::arg("format"),
+        "'' if the access-log format is valid, else one line naming the problem. Any thread.");
+  m.def(
+      "latency_bucket_bounds_us",
+      [] {
+        py::list out;
+        for (std::size_t i = 0; i < runtime::pair_stats_snapshot::latency_bucket_count; ++i) {
+          const std::uint64_t b = runtime::pair_stats_snapshot::bucket_upper_us(i);
+          out.append(b == std::numeric_limits<std::uint64_t>::max() ? std::numeric_limits<double>::infinity()
+                                                                     : static_cast<double>(b));
+        }
+        return out;
+      },
+      "The exclusive upper bound (µs) of each latency bucket, the last one inf: stats()['latency_buckets'][i] "
+      "counts durations below bounds[i] and at or above bounds[i-1].");
 }
 
 }  // namespace cadeloop::pyhost

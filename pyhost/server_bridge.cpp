@@ -1131,6 +1131,7 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     }
   };
   scratch_.clear();
+  const bool with_head = !r->head_written;  // this send carries the head: it carries the status too
   if (!r->head_written &&
       !encode_head(r, more ? std::nullopt : std::optional<std::uint64_t>{static_cast<std::uint64_t>(size)})) {
     release();
@@ -1172,6 +1173,7 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     runtime::send_options o;
     o.end_of_response = !more;
     o.keep_alive = r->encoder->keep_alive();
+    o.status = with_head ? static_cast<std::uint16_t>(r->status) : std::uint16_t{0};
     if (cs != nullptr) {
       cs->sent_since_notice += out.size();
       if (cs->sent_since_notice >= options_.send_high_mark && !cs->waiting_drain) {
@@ -1233,6 +1235,7 @@ PyObject* bridge::task_done(request_object* r, PyObject* task) {
 
 void bridge::app_error(request_object* r, const char* what, PyObject* exc) {
   ++stats_.app_errors;
+  side_.count_app_error();
   PyObject* res = PyObject_CallFunction(on_error_, "sO", what, exc != nullptr ? exc : Py_None);
   if (res == nullptr) {
     PyErr_WriteUnraisable(on_error_);
@@ -1250,6 +1253,7 @@ void bridge::app_error(request_object* r, const char* what, PyObject* exc) {
       runtime::send_options o;
       o.end_of_response = true;
       o.keep_alive = false;
+      o.status = 500;
       side_.send(r->conn, r->seq, net::byte_buffer::copy_of(scratch_), o);
     } else {
       // Part of the response is out: only closing tells the client. What was

@@ -34,7 +34,7 @@ inbound_message app_side::adopt(const inbound_event& ev) noexcept {
 
 void app_side::stage(const outbound_command& cmd) {
   ch_.outbound.stage(cmd);
-  ch_.outbound_messages.add();
+  ch_.page.app.outbound_staged.add();
 }
 
 void app_side::send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes, send_options options) {
@@ -45,6 +45,7 @@ void app_side::send(net::connection_id conn, std::uint32_t request, net::byte_bu
   cmd.end_of_response = options.end_of_response;
   cmd.keep_alive = options.keep_alive;
   cmd.notify_drained = options.notify_drained;
+  cmd.status = options.status;
   cmd.data = bytes.data();
   cmd.size = bytes.size();
   stage(cmd);
@@ -86,9 +87,14 @@ void app_side::recycle(net::connection_id conn, std::unique_ptr<http::request_he
 }
 
 std::size_t app_side::flush() noexcept {
+  app_counters& ctr = ch_.page.app;
+  ctr.loop_ticks.add();
   const std::size_t n = ch_.outbound.publish();
   if (n != 0) {
-    ch_.io_parker.wake();  // a system call only if the I/O thread announced a sleep
+    ctr.outbound_published.add(n);
+    if (ch_.io_parker.wake()) {  // a system call only if the I/O thread announced a sleep
+      ctr.wakeups_to_io.add();
+    }
   }
   return n;
 }
@@ -98,7 +104,7 @@ bool app_side::try_park() noexcept {
     return ch_.inbound.has_pending() || ch_.io_stopped.load(std::memory_order_seq_cst);
   });
   if (sleep) {
-    ch_.app_parks.add();
+    ch_.page.app.parks.add();
   }
   return sleep;
 }
@@ -124,9 +130,26 @@ void dispose(const outbound_command& cmd) noexcept {
 
 }  // namespace
 
+namespace {
+
+pair_stats_page& place(core_pair_options& options, std::unique_ptr<pair_stats_page>& private_page) {
+  pair_stats_page* page = options.stats_page;
+  if (page == nullptr) {
+    private_page = std::make_unique<pair_stats_page>();
+    private_page->init(options.index);
+    page = private_page.get();
+  }
+  page->claim();  // counters from zero, this process, state starting
+  options.stats_page = page;
+  options.server.access_log.pair = options.index;
+  return *page;
+}
+
+}  // namespace
+
 core_pair::core_pair(core_pair_options options)
     : options_{std::move(options)},
-      ch_{std::make_unique<pair_channels>(options_.ring_capacity)},
+      ch_{std::make_unique<pair_channels>(options_.ring_capacity, place(options_, private_page_))},
       app_{*ch_},
       io_{std::make_unique<io_thread>(*ch_, options_)} {}
 
@@ -154,33 +177,6 @@ void core_pair::stop() {
   join();
 }
 
-core_pair_stats core_pair::stats() const noexcept {
-  const pair_channels& ch = *ch_;
-  const net::server_counters& c = ch.io_counters;
-  core_pair_stats s;
-  s.requests = c.requests.get();
-  s.responses = c.responses.get();
-  s.requests_in_flight = c.requests_in_flight.get();
-  s.bytes_in = c.bytes_in.get();
-  s.bytes_out = c.bytes_out.get();
-  s.unsent_bytes = c.unsent_bytes.get();
-  s.connections_accepted = c.connections_accepted.get();
-  s.connections_open = c.connections_open.get();
-  s.protocol_errors = c.protocol_errors.get();
-  s.timeouts = c.timeouts.get();
-  s.stale_messages = c.stale_messages.get();
-  s.accept_pauses = c.accept_pauses.get();
-  s.write_calls = c.write_calls.get();
-  s.io_passes = ch.io_passes.get();
-  s.io_parks = ch.io_parks.get();
-  s.inbound_messages = ch.inbound.published_count();
-  s.inbound_depth = ch.inbound.depth();
-  s.wakeups_to_app = ch.app_parker.wakeups_sent();
-  s.outbound_messages = ch.outbound_messages.get();
-  s.outbound_depth = ch.outbound.depth();
-  s.app_parks = ch.app_parks.get();
-  s.wakeups_to_io = ch.io_parker.wakeups_sent();
-  return s;
-}
+core_pair_stats core_pair::stats() const noexcept { return snapshot(ch_->page); }
 
 }  // namespace cadeloop::runtime

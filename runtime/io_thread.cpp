@@ -33,7 +33,7 @@ io_thread::io_thread(pair_channels& channels, const core_pair_options& options)
     // One thread runs this context and nothing is posted to it from another,
     // so the scheduler may take its single-threaded shortcuts.
     : ch_{channels}, options_{options}, io_{1}, wake_fd_{io_}, grace_timer_{io_} {
-  server_ = std::make_unique<net::http_server>(io_, *this, options_.server, ch_.io_counters);
+  server_ = std::make_unique<net::http_server>(io_, *this, options_.server, ch_.page.io);
   // A duplicate, so the descriptor object may close its copy while the
   // parker keeps (and finally closes) the original.
   const int fd = ::dup(ch_.io_parker.fd());
@@ -91,6 +91,7 @@ void io_thread::loop() {
     server_->add_listener(std::move(listener_));
   }
   arm_wake_wait();
+  ch_.page.set_state(pair_state::serving);
   bool draining = false;
   clock_type::time_point deadline{};
 
@@ -104,6 +105,7 @@ void io_thread::loop() {
 
     if (!draining && ch_.stop_requested.load(std::memory_order_acquire)) {
       draining = true;
+      ch_.page.set_state(pair_state::draining);
       deadline = clock_type::now() + options_.grace;
       server_->begin_drain();
       server_->flush_writes();
@@ -122,7 +124,7 @@ void io_thread::loop() {
       }
     }
     flush_inbound();
-    ch_.io_passes.add();
+    ch_.page.io_loop.passes.add();
 
     if (done == 0 && !server_->has_dirty()) {
       park();
@@ -134,16 +136,24 @@ void io_thread::loop() {
   server_.reset();  // closes every socket on this thread
   boost::system::error_code ec;
   wake_fd_.close(ec);
+  ch_.page.set_state(pair_state::stopped);
   // seq_cst store then wake: the app's try_park() re-checks this flag.
   ch_.io_stopped.store(true, std::memory_order_seq_cst);
   ch_.app_parker.wake();
 }
 
 void io_thread::park() {
+  io_loop_counters& ctr = ch_.page.io_loop;
   if (options_.spin.count() > 0) {
+    ctr.spins.add();
     const auto until = clock_type::now() + options_.spin;
-    while (!ch_.outbound.has_pending() && clock_type::now() < until) {
+    bool hit = false;
+    while (!(hit = ch_.outbound.has_pending()) && clock_type::now() < until) {
       cpu_relax();
+    }
+    if (hit) {
+      ctr.spin_hits.add();
+      return;
     }
   }
   const bool sleep = ch_.io_parker.try_park([this] {
@@ -152,7 +162,7 @@ void io_thread::park() {
   if (!sleep) {
     return;
   }
-  ch_.io_parks.add();
+  ctr.parks.add();
   // Blocks in epoll until a socket, a timer or the parker's eventfd is ready,
   // and runs that one handler.
   io_.run_one();
@@ -187,7 +197,9 @@ void io_thread::after_wake_handlers() noexcept {
 }
 
 std::size_t io_thread::drain_outbound() {
-  return ch_.outbound.drain([this](const outbound_command& cmd) { apply(cmd); }, outbound_per_pass);
+  const std::size_t n = ch_.outbound.drain([this](const outbound_command& cmd) { apply(cmd); }, outbound_per_pass);
+  ch_.page.io_loop.outbound_taken.add(n);
+  return n;
 }
 
 void io_thread::apply(const outbound_command& cmd) {
@@ -197,7 +209,7 @@ void io_thread::apply(const outbound_command& cmd) {
   switch (cmd.kind) {
     case outbound_kind::send:
       server_->send(cmd.conn, cmd.request, std::move(bytes),
-                    net::send_flags{cmd.end_of_response, cmd.keep_alive, cmd.notify_drained});
+                    net::send_flags{cmd.end_of_response, cmd.keep_alive, cmd.notify_drained, cmd.status});
       break;
     case outbound_kind::consumed:
       server_->consume(cmd.conn, cmd.size);
@@ -217,8 +229,13 @@ void io_thread::apply(const outbound_command& cmd) {
 }
 
 void io_thread::flush_inbound() noexcept {
-  if (ch_.inbound.publish() != 0) {
-    ch_.app_parker.wake();  // a system call only if the app announced a sleep
+  const std::size_t n = ch_.inbound.publish();
+  if (n != 0) {
+    io_loop_counters& ctr = ch_.page.io_loop;
+    ctr.inbound_published.add(n);
+    if (ch_.app_parker.wake()) {  // a system call only if the app announced a sleep
+      ctr.wakeups_to_app.add();
+    }
   }
 }
 

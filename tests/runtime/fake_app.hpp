@@ -86,6 +86,7 @@ class fake_app {
     runtime::send_options o;
     o.end_of_response = true;
     o.keep_alive = keep;
+    o.status = static_cast<std::uint16_t>(status);
     side_.send(c, seq, net::byte_buffer::copy_of(out), o);
   }
 

@@ -1,8 +1,10 @@
 #pragma once
 
+#include <cadeloop/net/access_log.hpp>
 #include <cadeloop/net/byte_buffer.hpp>
 #include <cadeloop/net/connection_id.hpp>
 #include <cadeloop/net/listener.hpp>
+#include <cadeloop/net/server_counters.hpp>
 
 #include <cadeloop/http/request.hpp>
 
@@ -51,40 +53,8 @@ struct server_options {
   std::uint64_t linger_max_bytes = 1024 * 1024;
   /// `Server` header of the error responses the I/O thread writes ("" for none).
   std::string server_header = "cadeloop";
-};
-
-/// Per-pair I/O-side counters. Written only by the I/O thread (relaxed
-/// stores); any thread may read them (relaxed loads). On their own cache
-/// lines, away from counters other threads write.
-struct alignas(64) server_counters {
-  /// A relaxed counter with a single writer.
-  struct counter {
-    std::atomic<std::uint64_t> value{0};
-    /// Adds `n`. The writer thread only (load + store, no locked instruction).
-    void add(std::uint64_t n = 1) noexcept {
-      value.store(value.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-    }
-    /// Subtracts `n`. The writer thread only.
-    void sub(std::uint64_t n = 1) noexcept {
-      value.store(value.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
-    }
-    /// Current value. Any thread.
-    [[nodiscard]] std::uint64_t get() const noexcept { return value.load(std::memory_order_relaxed); }
-  };
-
-  counter connections_accepted;  ///< connections accepted since start
-  counter connections_open;      ///< connections in the table now (including lingering ones)
-  counter requests;              ///< request heads handed to the app
-  counter responses;             ///< responses the app finished
-  counter requests_in_flight;    ///< heads handed over whose response has not finished
-  counter bytes_in;              ///< bytes read from clients
-  counter bytes_out;             ///< bytes written to clients
-  counter unsent_bytes;          ///< response bytes held, not yet written (all connections)
-  counter protocol_errors;       ///< requests refused by the parser (4xx/5xx written by the I/O thread)
-  counter timeouts;              ///< 408 answers and idle closes
-  counter stale_messages;        ///< app messages for a connection or request that is gone
-  counter accept_pauses;         ///< times accepting stopped because a budget was spent
-  counter write_calls;           ///< write system calls
+  /// The access log (off by default); see access_log.hpp.
+  access_log_options access_log{};
 };
 
 /// Everything the app side must learn about one request head.
@@ -129,6 +99,11 @@ struct send_flags {
   bool end_of_response = false;  ///< the response of `request` is complete after these bytes
   bool keep_alive = true;        ///< with end_of_response: the connection may carry another request
   bool notify_drained = false;   ///< send `on_drained` once unsent output is at the low mark
+  /// The response's final status (100..599), given with the send that
+  /// carries its head; 0: not given. Counted by class when the response
+  /// ends; a later non-zero status replaces an earlier one (an interim 100
+  /// sent as bytes before the final head is not a final status).
+  std::uint16_t status = 0;
 };
 
 /// The HTTP/1.1 side of one I/O thread: accepts on its listeners, owns every
@@ -143,7 +118,9 @@ struct send_flags {
 class http_server {
  public:
   /// A server that delivers to `sink` and counts into `counters` (both must
-  /// outlive it). I/O thread.
+  /// outlive it). Opens the access log if `options` enable it (throws
+  /// std::invalid_argument / std::runtime_error with one line when its format
+  /// or file is refused). I/O thread.
   http_server(boost::asio::io_context& io, event_sink& sink, server_options options, server_counters& counters);
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;

@@ -6,6 +6,7 @@
 #include <cadeloop/net/listener.hpp>
 #include <cadeloop/runtime/parker.hpp>
 #include <cadeloop/runtime/ring.hpp>
+#include <cadeloop/runtime/stats_page.hpp>
 
 #include <cadeloop/http/request.hpp>
 
@@ -90,6 +91,7 @@ struct outbound_command {
   bool end_of_response = false;
   bool keep_alive = true;
   bool notify_drained = false;
+  std::uint16_t status = 0;  ///< send: the response's final status, with the send that carries its head
   std::uint32_t request = 0;
   net::connection_id conn{};
   char* data = nullptr;
@@ -108,37 +110,18 @@ struct send_options {
   /// output is at or below the low mark. Set it when the bytes the app sent
   /// since the last notice pass its high mark, then wait for the notice.
   bool notify_drained = false;
+  /// The response's final status (100..599), set on the send that carries
+  /// the response head (0 on the others, and on interim 1xx bytes such as
+  /// `100 Continue`). The I/O thread only sees bytes: this is how it counts
+  /// responses by status class and writes the access log's status.
+  std::uint16_t status = 0;
 };
 
 // =============================================================== stats
 
-/// Counters of one core pair, copied with relaxed loads. Plain data.
-struct core_pair_stats {
-  // Written by the I/O thread.
-  std::uint64_t requests = 0;              ///< heads handed to the app
-  std::uint64_t responses = 0;             ///< responses the app finished
-  std::uint64_t requests_in_flight = 0;
-  std::uint64_t bytes_in = 0;
-  std::uint64_t bytes_out = 0;
-  std::uint64_t unsent_bytes = 0;          ///< response bytes held by the I/O thread
-  std::uint64_t connections_accepted = 0;
-  std::uint64_t connections_open = 0;
-  std::uint64_t protocol_errors = 0;
-  std::uint64_t timeouts = 0;
-  std::uint64_t stale_messages = 0;        ///< app messages for a gone connection/request, dropped
-  std::uint64_t accept_pauses = 0;
-  std::uint64_t write_calls = 0;
-  std::uint64_t io_passes = 0;             ///< passes of the I/O loop
-  std::uint64_t io_parks = 0;              ///< times the I/O thread slept
-  std::uint64_t inbound_messages = 0;      ///< items published on the inbound ring
-  std::uint64_t inbound_depth = 0;
-  std::uint64_t wakeups_to_app = 0;        ///< eventfd writes by the I/O thread
-  // Written by the app thread.
-  std::uint64_t outbound_messages = 0;
-  std::uint64_t outbound_depth = 0;
-  std::uint64_t app_parks = 0;             ///< times the app thread slept (try_park said yes)
-  std::uint64_t wakeups_to_io = 0;         ///< eventfd writes by the app (and stop requests)
-};
+/// Counters of one core pair: a snapshot of its stats page (see
+/// stats_page.hpp). Plain data.
+using core_pair_stats = pair_stats_snapshot;
 
 /// Options of one core pair. Plain data; the thread that builds the pair reads it.
 struct core_pair_options {
@@ -152,27 +135,31 @@ struct core_pair_options {
   std::chrono::milliseconds grace{30000};
   /// Items each ring holds before it allocates more.
   std::size_t ring_capacity = 1024;
+  /// The page the pair writes its counters into, e.g. `&region.page(i)` of a
+  /// `stats_region` shared with a main process. It must outlive the pair and
+  /// carry no other live pair. nullptr: the pair keeps a private page.
+  pair_stats_page* stats_page = nullptr;
+  /// The pair's index: written into its private page (a region's page keeps
+  /// the index the region gave it) and the access log's `pair` field.
+  std::uint32_t index = 0;
 };
 
 class io_thread;
 class core_pair;
 
 /// The state both threads of a pair share: the two rings, the two parkers
-/// and the counters. Owned by `core_pair`; internal.
+/// and the stats page. Owned by `core_pair`; internal.
 struct pair_channels {
   ordered_ring<inbound_event> inbound;    ///< producer: I/O thread; consumer: app thread
   ordered_ring<outbound_command> outbound;  ///< producer: app thread; consumer: I/O thread
   parker io_parker;                       ///< the I/O thread sleeps on it
   parker app_parker;                      ///< the app thread sleeps on it
-  net::server_counters io_counters;       ///< written by the I/O thread
-  alignas(64) net::server_counters::counter io_passes;  ///< I/O thread
-  net::server_counters::counter io_parks;                ///< I/O thread
+  /// Counters: `io`/`io_loop` written by the I/O thread, `app` by the app thread.
+  pair_stats_page& page;
   alignas(64) std::atomic<bool> stop_requested{false};   ///< control thread -> I/O thread
   alignas(64) std::atomic<bool> io_stopped{false};       ///< I/O thread -> app thread
-  alignas(64) net::server_counters::counter app_parks;   ///< app thread
-  net::server_counters::counter outbound_messages;       ///< app thread
 
-  explicit pair_channels(std::size_t capacity) : inbound{capacity}, outbound{capacity} {}
+  pair_channels(std::size_t capacity, pair_stats_page& stats) : inbound{capacity}, outbound{capacity}, page{stats} {}
 };
 
 // =============================================================== app side
@@ -213,7 +200,13 @@ class app_side {
   /// messages stay queued. App thread.
   template <class Fn>
   std::size_t drain_inbound(Fn&& fn, std::size_t max = SIZE_MAX) {
-    return ch_.inbound.drain([&fn](const inbound_event& ev) { fn(adopt(ev)); }, max);
+    net::single_writer_counter& taken = ch_.page.app.inbound_taken;
+    return ch_.inbound.drain(
+        [&fn, &taken](const inbound_event& ev) {
+          taken.add();  // taken before fn sees it, as the ring counts it
+          fn(adopt(ev));
+        },
+        max);
   }
 
   /// Whether inbound messages are waiting (seq_cst load: valid as the
@@ -235,7 +228,8 @@ class app_side {
   void recycle(net::connection_id conn, std::unique_ptr<http::request_head>&& head);
 
   /// Publishes everything staged and wakes the I/O thread if it is parked.
-  /// Returns how many messages were published. App thread.
+  /// Returns how many messages were published. Call it once per pass of the
+  /// app's loop: each call counts one loop tick. App thread.
   std::size_t flush() noexcept;
 
   /// The eventfd to watch while sleeping (readable after a wake). Any thread.
@@ -246,6 +240,10 @@ class app_side {
   bool try_park() noexcept;
   /// Ends a sleep; `signalled`: parker_fd() was readable. App thread.
   void unpark(bool signalled) noexcept;
+
+  /// Counts an app error (an exception in the app, a malformed message) in
+  /// the pair's stats page. App thread.
+  void count_app_error() noexcept { ch_.page.app.app_errors.add(); }
 
   /// True once the I/O thread has finished (after its last messages, which
   /// are published before this turns true). App thread (any thread may ask).
@@ -300,11 +298,15 @@ class core_pair {
   [[nodiscard]] const net::socket_address& local_address() const noexcept { return local_; }
   /// "127.0.0.1:43211", "unix:/path" or "fd 3 (...)". Any thread after start().
   [[nodiscard]] const std::string& description() const noexcept { return description_; }
-  /// A snapshot of the counters. Any thread.
+  /// A snapshot of the counters (of its stats page). Any thread.
   [[nodiscard]] core_pair_stats stats() const noexcept;
+  /// The page the pair writes (the one given in its options, or its private
+  /// one). Any thread may read it; valid as long as the pair (or the region).
+  [[nodiscard]] const pair_stats_page& stats_page() const noexcept { return ch_->page; }
 
  private:
   core_pair_options options_;
+  std::unique_ptr<pair_stats_page> private_page_;  // when the options gave none
   std::unique_ptr<pair_channels> ch_;
   app_side app_;
   std::unique_ptr<io_thread> io_;

@@ -1,0 +1,686 @@
+#include "cadeloop/net/access_log.hpp"
+
+#include <cadeloop/http/request.hpp>
+
+#include <spdlog/async_logger.h>
+#include <spdlog/details/log_msg.h>
+#include <spdlog/details/thread_pool.h>
+#include <spdlog/sinks/base_sink.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+namespace cadeloop::net {
+
+namespace {
+
+constexpr std::string_view default_template =
+    R"({time} {client} "{method} {target}" {status} {bytes} {duration_us}us pair={pair})";
+
+// Lines above the queue's capacity minus this margin are dropped before they
+// reach spdlog, so that its own overflow policy (overrun_oldest, which would
+// drop another pair's line uncounted) stays a backstop for races between
+// this many I/O threads at once.
+constexpr std::size_t queue_margin = 64;
+
+enum class field_kind : std::uint8_t {
+  literal,
+  time,
+  client,
+  method,
+  path,
+  query,
+  target,
+  status,
+  bytes,
+  duration_us,
+  duration_ms,
+  pair,
+  header,
+};
+
+struct named_field {
+  std::string_view name;
+  field_kind kind;
+};
+
+constexpr named_field field_names[] = {
+    {"time", field_kind::time},
+    {"client", field_kind::client},
+    {"method", field_kind::method},
+    {"path", field_kind::path},
+    {"query", field_kind::query},
+    {"target", field_kind::target},
+    {"status", field_kind::status},
+    {"bytes", field_kind::bytes},
+    {"duration_us", field_kind::duration_us},
+    {"duration_ms", field_kind::duration_ms},
+    {"duration", field_kind::duration_us},
+    {"pair", field_kind::pair},
+};
+
+struct token {
+  field_kind kind = field_kind::literal;
+  std::string text;        // literal text
+  std::size_t header = 0;  // header: index into the format's header names
+};
+
+std::string lower(std::string_view s) {
+  std::string out{s};
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') {
+      c = static_cast<char>(c - 'A' + 'a');
+    }
+  }
+  return out;
+}
+
+bool is_token_char(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+         std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+}
+
+std::string_view trim(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+void append_uint(std::string& out, std::uint64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+constexpr char hex_digits[] = "0123456789abcdef";
+
+// Template values: printable ASCII as is, everything else (and '"', '\\') as
+// \xHH, so a line is one line and its quoting is unambiguous.
+void append_text(std::string& out, std::string_view v) {
+  for (const char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+      out += "\\x";
+      out += hex_digits[c >> 4];
+      out += hex_digits[c & 0xf];
+    } else {
+      out += ch;
+    }
+  }
+}
+
+// The length of the well-formed UTF-8 sequence at the start of `s`, or 0.
+std::size_t utf8_sequence(std::string_view s) noexcept {
+  const auto b0 = static_cast<unsigned char>(s[0]);
+  std::size_t n = 0;
+  unsigned char lo = 0x80;
+  unsigned char hi = 0xbf;
+  if (b0 >= 0xc2 && b0 <= 0xdf) {
+    n = 2;
+  } else if (b0 >= 0xe0 && b0 <= 0xef) {
+    n = 3;
+    lo = b0 == 0xe0 ? 0xa0 : 0x80;
+    hi = b0 == 0xed ? 0x9f : 0xbf;
+  } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+    n = 4;
+    lo = b0 == 0xf0 ? 0x90 : 0x80;
+    hi = b0 == 0xf4 ? 0x8f : 0xbf;
+  } else {
+    return 0;
+  }
+  if (s.size() < n) {
+    return 0;
+  }
+  for (std::size_t i = 1; i < n; ++i) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xbf)) {
+      return 0;
+    }
+  }
+  return n;
+}
+
+// A JSON string: well-formed UTF-8 passes through, other bytes become
+// \u00XX (their Latin-1 reading), so every line is valid JSON and UTF-8.
+void append_json(std::string& out, std::string_view v) {
+  out += '"';
+  while (!v.empty()) {
+    const auto c = static_cast<unsigned char>(v[0]);
+    if (c >= 0x80) {
+      const std::size_t n = utf8_sequence(v);
+      if (n != 0) {
+        out.append(v.substr(0, n));
+        v.remove_prefix(n);
+        continue;
+      }
+    }
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      out += "\\u00";
+      out += hex_digits[c >> 4];
+      out += hex_digits[c & 0xf];
+    } else {
+      out += static_cast<char>(c);
+    }
+    v.remove_prefix(1);
+  }
+  out += '"';
+}
+
+// Captured fields: each as a 4-byte length (host order) and its bytes; an
+// absent one as the length UINT32_MAX.
+constexpr std::uint32_t absent = UINT32_MAX;
+
+void put_field(std::string& out, std::optional<std::string_view> v) {
+  const std::uint32_t n =
+      v ? static_cast<std::uint32_t>(std::min<std::size_t>(v->size(), absent - 1)) : absent;
+  char len[sizeof n];
+  std::memcpy(len, &n, sizeof n);
+  out.append(len, sizeof n);
+  if (v) {
+    out.append(v->data(), n);
+  }
+}
+
+std::optional<std::string_view> take_field(std::string_view& in) noexcept {
+  std::uint32_t n = absent;
+  if (in.size() < sizeof n) {
+    return std::nullopt;
+  }
+  std::memcpy(&n, in.data(), sizeof n);
+  in.remove_prefix(sizeof n);
+  if (n == absent || n > in.size()) {
+    return std::nullopt;
+  }
+  const std::string_view v = in.substr(0, n);
+  in.remove_prefix(n);
+  return v;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- format
+
+class access_log::format {
+ public:
+  // Parses `spec`; "" on success, else one line.
+  std::string parse(std::string_view spec) {
+    if (spec.empty() || spec == "default") {
+      return parse_template(default_template);
+    }
+    if (spec == "json" || spec.starts_with("json:")) {
+      json = true;
+      if (spec.size() > 4) {
+        std::string_view rest = spec.substr(5);
+        while (!rest.empty()) {
+          const std::size_t comma = rest.find(',');
+          const std::string_view name = trim(rest.substr(0, comma));
+          rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+          if (std::string e = add_header(name); !e.empty()) {
+            return e;
+          }
+        }
+      }
+      return {};
+    }
+    return parse_template(spec);
+  }
+
+  bool json = false;
+  std::vector<token> tokens;
+  std::vector<std::string> headers;  // lower-case names, in capture order
+
+ private:
+  std::string add_header(std::string_view name) {
+    if (name.empty()) {
+      return "access_log_format: an empty header name";
+    }
+    std::string n = lower(name);
+    if (!std::all_of(n.begin(), n.end(), is_token_char)) {
+      return "access_log_format: '" + std::string{name} + "' is not a header name";
+    }
+    headers.push_back(std::move(n));
+    return {};
+  }
+
+  void literal(std::string_view text) {
+    if (tokens.empty() || tokens.back().kind != field_kind::literal) {
+      tokens.push_back(token{});
+    }
+    tokens.back().text.append(text);
+  }
+
+  std::string parse_template(std::string_view spec) {
+    std::size_t i = 0;
+    while (i < spec.size()) {
+      const char c = spec[i];
+      if (c == '{' && i + 1 < spec.size() && spec[i + 1] == '{') {
+        literal("{");
+        i += 2;
+      } else if (c == '}') {
+        if (i + 1 < spec.size() && spec[i + 1] == '}') {
+          literal("}");
+          i += 2;
+          continue;
+        }
+        return "access_log_format: a '}' without its '{' (write '}}' for a brace)";
+      } else if (c == '{') {
+        const std::size_t end = spec.find('}', i);
+        if (end == std::string_view::npos) {
+          return "access_log_format: '{' without its '}' (write '{{' for a brace)";
+        }
+        const std::string_view name = spec.substr(i + 1, end - i - 1);
+        if (std::string e = add_field(name); !e.empty()) {
+          return e;
+        }
+        i = end + 1;
+      } else {
+        const std::size_t next = spec.find_first_of("{}", i);
+        const std::size_t stop = next == std::string_view::npos ? spec.size() : next;
+        literal(spec.substr(i, stop - i));
+        i = stop;
+      }
+    }
+    return {};
+  }
+
+  std::string add_field(std::string_view name) {
+    if (name.starts_with("header:")) {
+      if (std::string e = add_header(name.substr(7)); !e.empty()) {
+        return e;
+      }
+      token t;
+      t.kind = field_kind::header;
+      t.header = headers.size() - 1;
+      tokens.push_back(std::move(t));
+      return {};
+    }
+    for (const named_field& f : field_names) {
+      if (f.name == name) {
+        token t;
+        t.kind = f.kind;
+        tokens.push_back(std::move(t));
+        return {};
+      }
+    }
+    return "access_log_format: unknown field {" + std::string{name} +
+           "} (fields: time, client, method, path, query, target, status, bytes, duration_us, "
+           "duration_ms, "
+           "pair, header:NAME)";
+  }
+};
+
+std::string check_access_log_format(std::string_view format) {
+  access_log::format f;
+  return f.parse(format);
+}
+
+// ---------------------------------------------------------------- writer
+
+namespace {
+
+// Writes the lines of one destination on spdlog's pool thread: the payload
+// as formatted by the I/O thread, then '\n'. It flushes when the last line
+// queued for it is written, so lines reach the file promptly when traffic
+// pauses and in batches under load.
+class line_sink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  line_sink(std::FILE* file, bool owned, std::atomic<std::int64_t>& process_queued)
+      : file_{file}, owned_{owned}, process_queued_{process_queued} {}
+  line_sink(const line_sink&) = delete;
+  line_sink& operator=(const line_sink&) = delete;
+  ~line_sink() override {
+    if (owned_) {
+      std::fclose(file_);
+    } else {
+      std::fflush(file_);
+    }
+  }
+
+  /// Lines queued for this sink and not yet written. Any thread.
+  std::atomic<std::int64_t> queued{0};
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    std::fwrite(msg.payload.data(), 1, msg.payload.size(), file_);
+    std::fputc('\n', file_);
+    if (queued.load(std::memory_order_relaxed) <= 1) {
+      std::fflush(file_);
+    }
+    // After the write and flush: flush_access_logs() waits for zero.
+    queued.fetch_sub(1, std::memory_order_release);
+    process_queued_.fetch_sub(1, std::memory_order_release);
+  }
+  void flush_() override { std::fflush(file_); }
+
+ private:
+  std::FILE* file_;
+  bool owned_;
+  std::atomic<std::int64_t>& process_queued_;
+};
+
+}  // namespace
+
+class access_log::writer {
+ public:
+  writer(std::shared_ptr<line_sink> sink, std::shared_ptr<spdlog::async_logger> logger,
+         std::atomic<std::int64_t>& process_queued, std::int64_t limit)
+      : sink_{std::move(sink)},
+        logger_{std::move(logger)},
+        process_queued_{process_queued},
+        limit_{limit} {}
+
+  // Any I/O thread. Counted before it is queued, so the sink never sees a
+  // line it was not told about.
+  bool log(std::string_view line) {
+    if (process_queued_.fetch_add(1, std::memory_order_relaxed) >= limit_) {
+      process_queued_.fetch_sub(1, std::memory_order_relaxed);
+      return false;
+    }
+    sink_->queued.fetch_add(1, std::memory_order_relaxed);
+    logger_->log(spdlog::level::info, spdlog::string_view_t{line.data(), line.size()});
+    return true;
+  }
+
+ private:
+  std::shared_ptr<line_sink> sink_;
+  std::shared_ptr<spdlog::async_logger> logger_;
+  std::atomic<std::int64_t>& process_queued_;
+  std::int64_t limit_;
+};
+
+namespace {
+
+// The process's one spdlog thread pool and one writer per destination.
+// Created on first use (thread-safe) and kept until the process exits; the
+// pool's destructor, at exit, writes what is still queued.
+class log_backend {
+ public:
+  log_backend() = default;
+  log_backend(const log_backend&) = delete;
+  log_backend& operator=(const log_backend&) = delete;
+  ~log_backend() {
+    if (pid_ != ::getpid()) {
+      forget_inherited();
+    }
+  }
+
+  std::shared_ptr<access_log::writer> open(const access_log_options& o) {
+    std::lock_guard lock{mu_};
+    if (pid_ != ::getpid()) {
+      // A forked child: the parent's pool thread does not exist here.
+      forget_inherited();
+      pid_ = ::getpid();
+    }
+    const std::string key = o.file.empty() || o.file == "-" ? std::string{} : o.file;
+    if (auto it = writers_.find(key); it != writers_.end()) {
+      if (auto w = it->second.lock()) {
+        return w;
+      }
+    }
+    if (!pool_) {
+      const std::size_t lines = std::max<std::size_t>(o.queue_lines, queue_margin * 2);
+      pool_ = std::make_shared<spdlog::details::thread_pool>(lines, 1);
+      limit_ = static_cast<std::int64_t>(lines - queue_margin);
+    }
+    std::FILE* file = stderr;
+    if (!key.empty()) {
+      file = std::fopen(key.c_str(), "ae");  // append, close-on-exec
+      if (file == nullptr) {
+        throw std::runtime_error("access_log_file: cannot open '" + key +
+                                 "': " + std::strerror(errno));
+      }
+      std::setvbuf(file, nullptr, _IOFBF, 64 * 1024);
+    }
+    auto sink = std::make_shared<line_sink>(file, !key.empty(), queued_);
+    auto logger = std::make_shared<spdlog::async_logger>(
+        "cadeloop.access", sink, pool_, spdlog::async_overflow_policy::overrun_oldest);
+    logger->set_level(spdlog::level::info);
+    auto w =
+        std::make_shared<access_log::writer>(std::move(sink), std::move(logger), queued_, limit_);
+    writers_[key] = w;
+    return w;
+  }
+
+  bool wait_idle(std::chrono::milliseconds timeout) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (queued_.load(std::memory_order_acquire) > 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds{1});
+    }
+    return true;
+  }
+
+ private:
+  // Leaks what a forked child inherited: destroying the pool would join a
+  // thread that exists only in the parent.
+  void forget_inherited() {
+    if (pool_) {
+      (void)new std::shared_ptr<spdlog::details::thread_pool>(std::move(pool_));
+    }
+    pool_.reset();
+    writers_.clear();
+    queued_.store(0, std::memory_order_relaxed);
+  }
+
+  std::mutex mu_;
+  pid_t pid_ = ::getpid();
+  std::shared_ptr<spdlog::details::thread_pool> pool_;
+  std::int64_t limit_ = 0;
+  std::map<std::string, std::weak_ptr<access_log::writer>> writers_;
+  std::atomic<std::int64_t> queued_{0};
+};
+
+log_backend& backend() {
+  static log_backend b;
+  return b;
+}
+
+}  // namespace
+
+bool flush_access_logs(std::chrono::milliseconds timeout) {
+  return backend().wait_idle(timeout);
+}
+
+// ---------------------------------------------------------------- access_log
+
+access_log::access_log(const access_log_options& options)
+    : format_{std::make_unique<format>()}, pair_{options.pair} {
+  if (std::string e = format_->parse(options.format); !e.empty()) {
+    throw std::invalid_argument(e);
+  }
+  writer_ = backend().open(options);
+  line_.reserve(256);
+}
+
+access_log::~access_log() = default;
+
+void access_log::capture(const http::request_head& head, std::string& out) const {
+  put_field(out, head.method_name());
+  put_field(out, head.path());
+  put_field(out, head.query());
+  for (const std::string& name : format_->headers) {
+    put_field(out, head.headers().find(name));
+  }
+}
+
+bool access_log::write(std::string_view captured, std::string_view client_text, unsigned status,
+                       std::uint64_t bytes, std::uint64_t duration_us) {
+  // What capture() kept, in its order; all absent for the I/O thread's own answers.
+  std::string_view in = captured;
+  const std::optional<std::string_view> method = take_field(in);
+  const std::optional<std::string_view> path = take_field(in);
+  const std::optional<std::string_view> query = take_field(in);
+  auto header = [&](std::size_t i) {
+    std::string_view rest = in;
+    std::optional<std::string_view> v;
+    for (std::size_t k = 0; k <= i; ++k) {
+      v = take_field(rest);
+    }
+    return v;
+  };
+
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count();
+  const std::int64_t second = ms / 1000;
+  if (second != time_second_) {
+    time_second_ = second;
+    const auto t = static_cast<std::time_t>(second);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[32];
+    const std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    time_prefix_.assign(buf, n);
+  }
+  auto append_time = [&](std::string& out) {
+    out += time_prefix_;
+    const auto milli = static_cast<unsigned>(ms % 1000);
+    out += '.';
+    out += static_cast<char>('0' + milli / 100);
+    out += static_cast<char>('0' + milli / 10 % 10);
+    out += static_cast<char>('0' + milli % 10);
+    out += 'Z';
+  };
+
+  std::string& out = line_;
+  out.clear();
+  if (format_->json) {
+    out += "{\"time\":\"";
+    append_time(out);
+    out += "\",\"client\":";
+    append_json(out, client_text);
+    auto optional_string = [&](std::string_view key, std::optional<std::string_view> v) {
+      out += ",\"";
+      out += key;
+      out += "\":";
+      if (v) {
+        append_json(out, *v);
+      } else {
+        out += "null";
+      }
+    };
+    optional_string("method", method);
+    optional_string("path", path);
+    optional_string("query", query);
+    out += ",\"status\":";
+    if (status != 0) {
+      append_uint(out, status);
+    } else {
+      out += "null";
+    }
+    out += ",\"bytes\":";
+    append_uint(out, bytes);
+    out += ",\"duration_us\":";
+    append_uint(out, duration_us);
+    out += ",\"pair\":";
+    append_uint(out, pair_);
+    if (!format_->headers.empty()) {
+      out += ",\"headers\":{";
+      std::string_view rest = in;
+      for (std::size_t i = 0; i < format_->headers.size(); ++i) {
+        if (i != 0) {
+          out += ',';
+        }
+        append_json(out, format_->headers[i]);
+        out += ':';
+        const std::optional<std::string_view> v = take_field(rest);
+        if (v) {
+          append_json(out, *v);
+        } else {
+          out += "null";
+        }
+      }
+      out += '}';
+    }
+    out += '}';
+  } else {
+    auto text_or_dash = [&](std::optional<std::string_view> v) {
+      if (v) {
+        append_text(out, *v);
+      } else {
+        out += '-';
+      }
+    };
+    for (const token& t : format_->tokens) {
+      switch (t.kind) {
+        case field_kind::literal:
+          out += t.text;
+          break;
+        case field_kind::time:
+          append_time(out);
+          break;
+        case field_kind::client:
+          append_text(out, client_text);
+          break;
+        case field_kind::method:
+          text_or_dash(method);
+          break;
+        case field_kind::path:
+          text_or_dash(path);
+          break;
+        case field_kind::query:
+          text_or_dash(path ? query : std::nullopt);
+          break;
+        case field_kind::target:
+          text_or_dash(path);
+          if (query && !query->empty()) {
+            out += '?';
+            append_text(out, *query);
+          }
+          break;
+        case field_kind::status:
+          if (status != 0) {
+            append_uint(out, status);
+          } else {
+            out += '-';
+          }
+          break;
+        case field_kind::bytes:
+          append_uint(out, bytes);
+          break;
+        case field_kind::duration_us:
+          append_uint(out, duration_us);
+          break;
+        case field_kind::duration_ms: {
+          append_uint(out, duration_us / 1000);
+          out += '.';
+          const std::uint64_t frac = duration_us % 1000;
+          out += static_cast<char>('0' + frac / 100);
+          out += static_cast<char>('0' + frac / 10 % 10);
+          out += static_cast<char>('0' + frac % 10);
+          break;
+        }
+        case field_kind::pair:
+          append_uint(out, pair_);
+          break;
+        case field_kind::header:
+          text_or_dash(header(t.header));
+          break;
+      }
+    }
+  }
+  return writer_->log(out);
+}
+
+}  // namespace cadeloop::net

@@ -1,0 +1,505 @@
+// The access log: a real core pair writing one line per request through
+// spdlog's asynchronous logger into a file (JSON lines parsed back, the
+// default and template formats), format checking, and a full queue that drops
+// and counts lines instead of blocking.
+
+#include "fake_app.hpp"
+#include "test_client.hpp"
+
+#include <cadeloop/net/access_log.hpp>
+#include <cadeloop/runtime/core_pair.hpp>
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using cadeloop::net::access_log;
+using cadeloop::net::access_log_options;
+using cadeloop::net::check_access_log_format;
+using cadeloop::net::flush_access_logs;
+using cadeloop::net::listen_spec;
+using cadeloop::runtime::core_pair;
+using cadeloop::runtime::core_pair_options;
+using cadeloop::test::fake_app;
+using cadeloop::test::http_response;
+using cadeloop::test::test_client;
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) {
+      return true;
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  return pred();
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in{path};
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    out.push_back(line);
+  }
+  return out;
+}
+
+std::string temp_path(const char* name) {
+  const char* dir = std::getenv("TMPDIR");
+  std::string p = std::string{dir != nullptr ? dir : "/tmp"} + "/cadeloop-" + name + "-" +
+                  std::to_string(::getpid());
+  std::remove(p.c_str());
+  return p;
+}
+
+// ---------------------------------------------------------------- a small JSON reader (test only)
+
+struct json {
+  enum class kind { null, number, string, object, boolean } type = kind::null;
+  double number = 0;
+  std::string text;
+  std::vector<std::string> keys;  // object members: keys[i] -> values[i]
+  std::vector<json> values;
+
+  [[nodiscard]] const json* get(const std::string& key) const {
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] == key) {
+        return &values[i];
+      }
+    }
+    return nullptr;
+  }
+};
+
+class json_reader {
+ public:
+  explicit json_reader(std::string_view s) : s_{s} {}
+
+  // The whole input as one value, or nullopt if it is not valid JSON (of the
+  // kinds the log writes) or has trailing bytes.
+  std::optional<json> document() {
+    std::optional<json> v = value();
+    if (!v || pos_ != s_.size()) {
+      return std::nullopt;
+    }
+    return v;
+  }
+
+ private:
+  std::optional<json> value() {
+    if (pos_ >= s_.size()) {
+      return std::nullopt;
+    }
+    const char c = s_[pos_];
+    json v;
+    if (c == '{') {
+      v.type = json::kind::object;
+      ++pos_;
+      if (peek('}')) {
+        ++pos_;
+        return v;
+      }
+      for (;;) {
+        std::optional<std::string> k = string();
+        if (!k || !peek(':')) {
+          return std::nullopt;
+        }
+        ++pos_;
+        std::optional<json> m = value();
+        if (!m) {
+          return std::nullopt;
+        }
+        v.keys.push_back(std::move(*k));
+        v.values.push_back(std::move(*m));
+        if (peek(',')) {
+          ++pos_;
+          continue;
+        }
+        if (peek('}')) {
+          ++pos_;
+          return v;
+        }
+        return std::nullopt;
+      }
+    }
+    if (c == '"') {
+      std::optional<std::string> t = string();
+      if (!t) {
+        return std::nullopt;
+      }
+      v.type = json::kind::string;
+      v.text = std::move(*t);
+      return v;
+    }
+    if (s_.substr(pos_, 4) == "null") {
+      pos_ += 4;
+      return v;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      const std::size_t start = pos_;
+      while (pos_ < s_.size() &&
+             (s_[pos_] == '-' || s_[pos_] == '.' || (s_[pos_] >= '0' && s_[pos_] <= '9'))) {
+        ++pos_;
+      }
+      v.type = json::kind::number;
+      v.number = std::stod(std::string{s_.substr(start, pos_ - start)});
+      return v;
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::string> string() {
+    if (!peek('"')) {
+      return std::nullopt;
+    }
+    ++pos_;
+    std::string out;
+    while (pos_ < s_.size()) {
+      const auto c = static_cast<unsigned char>(s_[pos_++]);
+      if (c == '"') {
+        return out;
+      }
+      if (c < 0x20) {
+        return std::nullopt;  // raw control characters are not allowed in JSON strings
+      }
+      if (c != '\\') {
+        out += static_cast<char>(c);
+        continue;
+      }
+      if (pos_ >= s_.size()) {
+        return std::nullopt;
+      }
+      const char e = s_[pos_++];
+      switch (e) {
+        case '"':
+        case '\\':
+        case '/':
+          out += e;
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'u': {
+          if (pos_ + 4 > s_.size()) {
+            return std::nullopt;
+          }
+          const unsigned long cp = std::stoul(std::string{s_.substr(pos_, 4)}, nullptr, 16);
+          pos_ += 4;
+          if (cp < 0x80) {
+            out += static_cast<char>(cp);
+          } else {
+            out += static_cast<char>(0xc0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3f));
+          }
+          break;
+        }
+        default:
+          return std::nullopt;
+      }
+    }
+    return std::nullopt;
+  }
+
+  bool peek(char c) const { return pos_ < s_.size() && s_[pos_] == c; }
+
+  std::string_view s_;
+  std::size_t pos_ = 0;
+};
+
+// ---------------------------------------------------------------- a pair with a log
+
+class access_log_pair : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    opt.listen = listen_spec::tcp("127.0.0.1", 0);
+    opt.grace = 1s;
+    opt.index = 3;
+    opt.server.access_log.enabled = true;
+  }
+
+  void start() {
+    pair = std::make_unique<core_pair>(opt);
+    ASSERT_EQ(pair->start(), "");
+    app = std::make_unique<fake_app>(pair->app());
+    app->start();
+  }
+
+  void TearDown() override {
+    if (pair) {
+      pair->stop();
+    }
+    if (app) {
+      app->stop();
+    }
+    app.reset();
+    pair.reset();
+    if (!path.empty()) {
+      std::remove(path.c_str());
+    }
+  }
+
+  test_client client() const { return test_client::tcp(pair->local_address().port); }
+
+  core_pair_options opt;
+  std::unique_ptr<core_pair> pair;
+  std::unique_ptr<fake_app> app;
+  std::string path;
+};
+
+TEST_F(access_log_pair, TenThousandRequestsGiveTenThousandJsonLines) {
+  path = temp_path("access.jsonl");
+  opt.server.access_log.file = path;
+  opt.server.access_log.format = "json:user-agent,x-missing";
+  start();
+
+  constexpr int connections = 4;
+  constexpr int per_connection = 2500;
+  constexpr int batch = 10;  // pipelined requests per write
+  const std::string agent = "probe/1.0 \"quoted\" \\ caf\xc3\xa9 \xff";
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int k = 0; k < connections; ++k) {
+    clients.emplace_back([&, k] {
+      test_client c = client();
+      if (!c.connected()) {
+        return;
+      }
+      for (int i = 0; i < per_connection; i += batch) {
+        std::string requests;
+        for (int j = i; j < i + batch; ++j) {
+          requests += "GET /r" + std::to_string(k) + "?i=" + std::to_string(j) +
+                      " HTTP/1.1\r\nHost: t\r\nUser-Agent: " + agent + "\r\n\r\n";
+        }
+        if (!c.send(requests)) {
+          return;
+        }
+        for (int j = 0; j < batch; ++j) {
+          if (c.read_response().status == 200) {
+            ok.fetch_add(1);
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : clients) {
+    t.join();
+  }
+  constexpr int total = connections * per_connection;
+  ASSERT_EQ(ok.load(), total);
+  ASSERT_TRUE(eventually([&] { return pair->stats().responses == total; }));
+  ASSERT_TRUE(flush_access_logs(20s));
+  EXPECT_EQ(pair->stats().access_log_dropped, 0u);
+
+  const std::vector<std::string> lines = read_lines(path);
+  ASSERT_EQ(lines.size(), static_cast<std::size_t>(total));
+  std::vector<int> seen(static_cast<std::size_t>(total), 0);
+  for (const std::string& line : lines) {
+    const std::optional<json> doc = json_reader{line}.document();
+    ASSERT_TRUE(doc) << "not one JSON object: " << line;
+    ASSERT_EQ(doc->type, json::kind::object);
+    const json* status = doc->get("status");
+    const json* method = doc->get("method");
+    const json* p = doc->get("path");
+    const json* query = doc->get("query");
+    const json* pair_index = doc->get("pair");
+    const json* duration = doc->get("duration_us");
+    const json* bytes = doc->get("bytes");
+    const json* client_addr = doc->get("client");
+    const json* time = doc->get("time");
+    const json* headers = doc->get("headers");
+    ASSERT_TRUE(status && method && p && query && pair_index && duration && bytes && client_addr &&
+                time && headers)
+        << line;
+    EXPECT_EQ(status->number, 200);
+    EXPECT_EQ(method->text, "GET");
+    EXPECT_EQ(pair_index->number, 3);
+    EXPECT_GE(duration->number, 0);
+    EXPECT_GT(bytes->number, 0);
+    EXPECT_EQ(client_addr->text.rfind("127.0.0.1:", 0), 0u) << line;
+    EXPECT_EQ(time->text.size(), 24u) << line;  // 2024-05-01T12:00:00.123Z
+    ASSERT_EQ(headers->type, json::kind::object);
+    const json* ua = headers->get("user-agent");
+    const json* missing = headers->get("x-missing");
+    ASSERT_TRUE(ua && missing);
+    // The invalid UTF-8 byte 0xff comes back as U+00FF; the rest as sent.
+    EXPECT_EQ(ua->text, "probe/1.0 \"quoted\" \\ caf\xc3\xa9 \xc3\xbf");
+    EXPECT_EQ(missing->type, json::kind::null);
+    // Every request exactly once: path /rK, query i=J.
+    ASSERT_EQ(p->text.size(), 3u);
+    const int k = p->text[2] - '0';
+    ASSERT_EQ(query->text.rfind("i=", 0), 0u);
+    const int j = std::stoi(query->text.substr(2));
+    ASSERT_TRUE(k >= 0 && k < connections && j >= 0 && j < per_connection) << line;
+    ++seen[static_cast<std::size_t>(k * per_connection + j)];
+  }
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    ASSERT_EQ(seen[i], 1) << "request " << i;
+  }
+}
+
+TEST_F(access_log_pair, DefaultFormatAndTheIoThreadsOwnAnswers) {
+  path = temp_path("access.log");
+  opt.server.access_log.file = path;
+  start();
+  test_client c = client();
+  ASSERT_TRUE(c.send("GET /a?x=1 HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ASSERT_EQ(c.read_response().status, 200);
+  ASSERT_TRUE(c.send("HEAD /b%20c HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ASSERT_EQ(c.read_response(true).status, 200);
+  test_client bad = client();
+  ASSERT_TRUE(bad.send("GARBAGE\r\n\r\n"));
+  ASSERT_EQ(bad.read_response().status, 400);
+  ASSERT_TRUE(eventually(
+      [&] { return pair->stats().protocol_errors == 1 && pair->stats().responses == 2; }));
+  ASSERT_TRUE(flush_access_logs(10s));
+
+  const std::vector<std::string> lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 3u);
+  // 2024-05-01T12:00:00.123Z 127.0.0.1:50312 "GET /a?x=1" 200 34 87us pair=3
+  auto check = [](const std::string& line, const std::string& request, const std::string& status) {
+    SCOPED_TRACE(line);
+    ASSERT_GT(line.size(), 25u);
+    EXPECT_EQ(line[4], '-');
+    EXPECT_EQ(line[10], 'T');
+    EXPECT_EQ(line[23], 'Z');
+    EXPECT_EQ(line.substr(25, 10), "127.0.0.1:");
+    EXPECT_NE(line.find(" \"" + request + "\" " + status + " "), std::string::npos);
+    EXPECT_NE(line.find("us pair=3"), std::string::npos);
+  };
+  // The 400 may be logged before or after the others (another connection).
+  std::string error_line;
+  std::vector<std::string> app_lines;
+  for (const std::string& l : lines) {
+    if (l.find("\"- -\"") != std::string::npos) {
+      error_line = l;
+    } else {
+      app_lines.push_back(l);
+    }
+  }
+  ASSERT_EQ(app_lines.size(), 2u);
+  check(app_lines[0], "GET /a?x=1", "200");
+  check(app_lines[1], "HEAD /b%20c", "200");
+  check(error_line, "- -", "400");
+  EXPECT_NE(error_line.find(" 0us pair=3"), std::string::npos);
+}
+
+TEST_F(access_log_pair, TemplateFieldsHeadersAndEscaping) {
+  path = temp_path("access-custom.log");
+  opt.server.access_log.file = path;
+  opt.server.access_log.format =
+      R"({client} "{method} {path}" q={query} {status} {bytes} {duration_us}us {duration_ms}ms {header:User-Agent} {header:x-none} {{pair {pair}}})";
+  start();
+  test_client c = client();
+  ASSERT_TRUE(c.send("GET /x HTTP/1.1\r\nHost: t\r\nUser-Agent: a\"b\tc\r\n\r\n"));
+  const http_response r = c.read_response();
+  ASSERT_EQ(r.status, 200);
+  ASSERT_TRUE(eventually([&] { return pair->stats().responses == 1; }));
+  ASSERT_TRUE(flush_access_logs(10s));
+  const std::vector<std::string> lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 1u);
+  const std::string& line = lines[0];
+  EXPECT_EQ(line.rfind("127.0.0.1:", 0), 0u) << line;
+  EXPECT_NE(line.find(R"( "GET /x" q= 200 )"), std::string::npos) << line;
+  EXPECT_NE(line.find(R"(ms a\x22b\x09c - {pair 3})"), std::string::npos) << line;
+}
+
+// ---------------------------------------------------------------- formats and failures
+
+TEST(access_log_format, ChecksFieldsAndBraces) {
+  EXPECT_EQ(check_access_log_format(""), "");
+  EXPECT_EQ(check_access_log_format("default"), "");
+  EXPECT_EQ(check_access_log_format("json"), "");
+  EXPECT_EQ(check_access_log_format("json:user-agent, X-Request-Id"), "");
+  EXPECT_EQ(check_access_log_format("{client} {{literal}} {header:referer}"), "");
+  EXPECT_NE(check_access_log_format("{usr}").find("unknown field {usr}"), std::string::npos);
+  EXPECT_NE(check_access_log_format("{client").find("'{' without its '}'"), std::string::npos);
+  EXPECT_NE(check_access_log_format("client}").find("'}' without its '{'"), std::string::npos);
+  EXPECT_NE(check_access_log_format("{header:}").find("empty header name"), std::string::npos);
+  EXPECT_NE(check_access_log_format("json:bad name").find("not a header name"), std::string::npos);
+}
+
+TEST(access_log_open, UnopenableFileIsOneLineNamingTheSetting) {
+  access_log_options o;
+  o.enabled = true;
+  o.file = "/nonexistent-dir/access.log";
+  try {
+    access_log log{o};
+    FAIL() << "opened";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(
+        std::string{e.what()},
+        "access_log_file: cannot open '/nonexistent-dir/access.log': No such file or directory");
+  }
+  o.file.clear();
+  o.format = "{nope}";
+  EXPECT_THROW(access_log{o}, std::invalid_argument);
+}
+
+// A writer stuck on a pipe nobody reads: the queue fills, and then lines are
+// dropped (and the caller told) at once, never waited for. In a child
+// process, whose first log sets a small queue (and whose stuck pool thread
+// must not be joined at exit).
+TEST(access_log_queue, FullQueueDropsInsteadOfBlocking) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(20);  // a blocked writer would hang the child: fail it instead
+    int fds[2];
+    if (::pipe(fds) != 0) {
+      ::_exit(10);
+    }
+    access_log_options o;
+    o.enabled = true;
+    o.queue_lines = 256;
+    o.file = "/proc/self/fd/" + std::to_string(fds[1]);
+    o.format = "{client}";
+    access_log log{o};
+    const std::string client(1000, 'c');  // 1000-byte lines
+    int dropped = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5000; ++i) {
+      dropped += log.write({}, client, 200, 10, 5) ? 0 : 1;
+    }
+    const auto took = std::chrono::steady_clock::now() - start;
+    // 64 KiB of pipe (plus the file buffer) and 192 queued lines hold far
+    // fewer than 5000 lines of 1000 bytes.
+    const bool ok = dropped > 4000 && took < 5s;
+    ::_exit(ok ? 0 : 11);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (blocked?)";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
