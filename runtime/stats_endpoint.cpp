@@ -1,0 +1,463 @@
+// The stats endpoint's HTTP side: one thread, one io_context, one acceptor,
+// a handful of short-lived connections. Rendering is in stats_render.cpp.
+//
+// It is deliberately simple and defensive rather than fast: it serves a
+// dashboard, a scraper and probes, a few requests per second, so every
+// connection parses one request at a time (message credit 1), reads only
+// when it needs bytes, and is closed on the first error.
+#include "cadeloop/runtime/stats_endpoint.hpp"
+
+#include <cadeloop/http/request_parser.hpp>
+#include <cadeloop/net/listener.hpp>
+
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+
+namespace cadeloop::runtime {
+
+namespace asio = boost::asio;
+using stream_socket = asio::generic::stream_protocol::socket;
+
+namespace {
+
+// A bad client must not starve the main process: few connections, small
+// heads, and a deadline for each request.
+constexpr std::size_t max_connections = 64;
+constexpr std::chrono::seconds request_deadline{15};
+constexpr std::size_t read_chunk = 4096;
+
+http::request_limits endpoint_limits() {
+  http::request_limits limits;
+  limits.max_url = 2048;
+  limits.max_header_bytes = 8 * 1024;
+  limits.max_headers = 64;
+  limits.max_body = 64 * 1024;  // read and dropped; only so a POST still gets its 405
+  limits.max_chunk_extension_bytes = 1024;
+  return limits;
+}
+
+std::string_view reason_phrase(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Error";
+  }
+}
+
+struct reply {
+  int status = 200;
+  std::string_view content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::string_view static_body;  // used instead of `body` when not empty (the dashboard)
+  bool allow_header = false;     // 405: say which methods are allowed
+};
+
+// Serialises `r` as one HTTP/1.1 response. `head_only` answers a HEAD.
+std::string serialize(const reply& r, bool head_only, bool close) {
+  const std::string_view body = r.static_body.empty() ? std::string_view{r.body} : r.static_body;
+  std::string out;
+  out.reserve(256 + (head_only ? 0 : body.size()));
+  out += "HTTP/1.1 ";
+  out += std::to_string(r.status);
+  out += ' ';
+  out += reason_phrase(r.status);
+  out += "\r\nContent-Type: ";
+  out += r.content_type;
+  out += "\r\nContent-Length: ";
+  out += std::to_string(body.size());
+  // The numbers change every request; a proxy must not serve yesterday's.
+  out += "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n";
+  if (r.allow_header) {
+    out += "Allow: GET, HEAD\r\n";
+  }
+  if (r.content_type.starts_with("text/html")) {
+    // The dashboard loads nothing from elsewhere and talks only to /stats.
+    out +=
+        "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; "
+        "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:\r\n";
+  }
+  if (close) {
+    out += "Connection: close\r\n";
+  }
+  out += "\r\n";
+  if (!head_only) {
+    out += body;
+  }
+  return out;
+}
+
+std::int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class stats_connection;
+
+}  // namespace
+
+struct stats_endpoint::state {
+  state(stats_endpoint& owner_in, stats_process_info info_in, stats_reader reader_in)
+      : owner(owner_in), info(std::move(info_in)), reader(std::move(reader_in)) {}
+
+  void do_accept();
+  void on_accept(const boost::system::error_code& ec, stream_socket socket);
+  void shutdown();
+  reply answer(std::string_view path);
+  [[nodiscard]] double uptime_s() const;
+
+  stats_endpoint& owner;
+  stats_process_info info;
+  stats_reader reader;
+  // Connections alive, so shutdown() can close them. Endpoint thread only.
+  // Declared before `io`: handlers destroyed with the io_context release
+  // connections, which leave this set.
+  std::unordered_set<stats_connection*> connections;
+  asio::io_context io{1};
+  std::unique_ptr<net::listener> listener;  // destroyed before `io`
+  std::thread thread;
+  bool closing = false;  // endpoint thread only
+  // Uptime runs on the steady clock from the moment the endpoint started,
+  // offset by how long the server had already been up then; so it never
+  // jumps when the wall clock is set.
+  std::chrono::steady_clock::time_point steady_origin = std::chrono::steady_clock::now();
+  double uptime_at_origin_s = 0;
+};
+
+namespace {
+
+/// One accepted connection. Owned by the handlers in flight (shared_ptr);
+/// lives and dies on the endpoint thread.
+class stats_connection : public std::enable_shared_from_this<stats_connection> {
+ public:
+  stats_connection(stats_endpoint::state& owner, stream_socket socket)
+      : owner_(owner), socket_(std::move(socket)), timer_(owner.io), parser_(endpoint_limits()) {
+    parser_.set_credit(1);
+    owner_.connections.insert(this);
+  }
+  stats_connection(const stats_connection&) = delete;
+  stats_connection& operator=(const stats_connection&) = delete;
+  ~stats_connection() { owner_.connections.erase(this); }
+
+  void start() {
+    arm_deadline();
+    do_read();
+  }
+
+  /// Closes the socket; the handlers in flight finish with operation_aborted
+  /// and drop the last references.
+  void stop() noexcept {
+    boost::system::error_code ignored;
+    timer_.cancel();
+    socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+ private:
+  void arm_deadline() {
+    timer_.expires_after(request_deadline);
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec) {
+        self->stop();  // a request took too long to arrive: a stuck or slow client
+      }
+    });
+  }
+
+  void do_read() {
+    socket_.async_read_some(asio::buffer(chunk_),
+                            [self = shared_from_this()](const boost::system::error_code& ec,
+                                                        std::size_t n) { self->on_read(ec, n); });
+  }
+
+  void on_read(const boost::system::error_code& ec, std::size_t n) {
+    if (ec) {
+      // End of stream, a reset, or stop(): nothing to answer.
+      stop();
+      return;
+    }
+    pending_.append(chunk_.data(), n);
+    process();
+  }
+
+  // Feeds the unparsed bytes; answers the request they complete, or reads more.
+  void process() {
+    const http::feed_result result = parser_.feed(pending_);
+    bool complete = false;
+    for (const http::parse_event& event : parser_.events()) {
+      if (event.kind == http::parse_event_kind::head) {
+        method_ = event.head->method();
+        path_.assign(event.head->path());
+        keep_alive_ = event.head->keep_alive();
+        have_head_ = true;
+      } else if (event.kind == http::parse_event_kind::message_complete) {
+        complete = true;
+      }
+    }
+    switch (result.status) {
+      case http::feed_status::error: {
+        const http::parse_error& error = parser_.error();
+        reply r;
+        r.status = error.status;
+        r.body.assign(error.reason);
+        r.body += '\n';
+        write(serialize(r, false, true), true);
+        return;
+      }
+      case http::feed_status::upgraded:
+      case http::feed_status::closing:
+        // Answer the last request and close; the bytes after it are ignored.
+        if (have_head_) {
+          respond(true);
+        } else {
+          stop();
+        }
+        return;
+      case http::feed_status::ok:
+      case http::feed_status::paused:
+        pending_.erase(0, result.consumed);
+        if (complete) {
+          respond(!keep_alive_);
+        } else {
+          do_read();
+        }
+        return;
+    }
+  }
+
+  void respond(bool close) {
+    have_head_ = false;
+    const bool head_only = method_ == http::request_method::head;
+    reply r;
+    if (method_ != http::request_method::get && !head_only) {
+      r.status = 405;
+      r.body = "method not allowed: the stats endpoint answers GET\n";
+      r.allow_header = true;
+    } else {
+      r = owner_.answer(path_);
+    }
+    write(serialize(r, head_only, close), close);
+  }
+
+  void write(std::string bytes, bool close) {
+    out_ = std::move(bytes);
+    asio::async_write(
+        socket_, asio::buffer(out_),
+        [self = shared_from_this(), close](const boost::system::error_code& ec, std::size_t) {
+          self->on_write(ec, close);
+        });
+  }
+
+  void on_write(const boost::system::error_code& ec, bool close) {
+    if (ec || close || owner_.closing) {
+      stop();
+      return;
+    }
+    // Keep-alive: a fresh deadline for the next request, which may already
+    // be (partly) in `pending_`.
+    arm_deadline();
+    parser_.add_credit(1);
+    if (pending_.empty()) {
+      do_read();
+    } else {
+      process();
+    }
+  }
+
+  stats_endpoint::state& owner_;
+  stream_socket socket_;
+  asio::steady_timer timer_;
+  http::request_parser parser_;
+  std::array<char, read_chunk> chunk_{};
+  std::string pending_;  // bytes read and not yet consumed by the parser
+  std::string out_;      // the response being written
+  std::string path_;
+  http::request_method method_ = http::request_method::get;
+  bool keep_alive_ = false;
+  bool have_head_ = false;
+};
+
+}  // namespace
+
+void stats_endpoint::state::do_accept() {
+  listener->acceptor().async_accept(
+      [this](const boost::system::error_code& ec, stream_socket socket) {
+        on_accept(ec, std::move(socket));
+      });
+}
+
+void stats_endpoint::state::on_accept(const boost::system::error_code& ec, stream_socket socket) {
+  if (closing || ec == asio::error::operation_aborted) {
+    return;
+  }
+  if (!ec) {
+    if (connections.size() >= max_connections) {
+      boost::system::error_code ignored;
+      socket.close(ignored);  // over the cap: refuse by closing, keep the others served
+    } else {
+      std::make_shared<stats_connection>(*this, std::move(socket))->start();
+    }
+  }
+  // Other accept errors (EMFILE, ECONNABORTED) are transient for a listener
+  // that stays open; keep accepting.
+  do_accept();
+}
+
+void stats_endpoint::state::shutdown() {
+  closing = true;
+  if (listener) {
+    listener->close();
+  }
+  // stop() makes the connections' handlers finish; copy first because they
+  // leave the set as they die.
+  std::vector<stats_connection*> open(connections.begin(), connections.end());
+  for (stats_connection* c : open) {
+    c->stop();
+  }
+}
+
+double stats_endpoint::state::uptime_s() const {
+  const std::chrono::duration<double> since = std::chrono::steady_clock::now() - steady_origin;
+  return uptime_at_origin_s + since.count();
+}
+
+reply stats_endpoint::state::answer(std::string_view path) {
+  reply r;
+  if (path == "/healthz") {
+    r.body = "ok\n";
+    return r;
+  }
+  if (path == "/") {
+    r.content_type = "text/html; charset=utf-8";
+    r.static_body = stats_dashboard_html();
+    return r;
+  }
+  if (path != "/stats" && path != "/metrics" && path != "/readyz") {
+    r.status = 404;
+    r.body = "not found: the stats endpoint serves /, /stats, /metrics, /healthz and /readyz\n";
+    return r;
+  }
+  std::vector<pair_stats_snapshot> pairs;
+  try {
+    pairs = reader();
+  } catch (const std::exception& e) {
+    r.status = 500;
+    r.body = std::string{"cannot read the pairs' counters: "} + e.what() + "\n";
+    return r;
+  } catch (...) {
+    r.status = 500;
+    r.body = "cannot read the pairs' counters\n";
+    return r;
+  }
+  const bool draining = owner.draining();
+  if (path == "/stats") {
+    r.content_type = "application/json";
+    r.body = render_stats_json(pairs, info, unix_ms_now(), uptime_s(), draining);
+  } else if (path == "/metrics") {
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = render_prometheus(pairs, info, uptime_s(), draining);
+  } else {
+    std::string why;
+    if (stats_ready(pairs, draining, why)) {
+      r.body = "ready\n";
+    } else {
+      r.status = 503;
+      r.body = "not ready: " + why + "\n";
+    }
+  }
+  return r;
+}
+
+std::unique_ptr<stats_endpoint> stats_endpoint::start(const stats_endpoint_options& options,
+                                                      stats_process_info info, stats_reader reader,
+                                                      std::string& error) {
+  std::unique_ptr<stats_endpoint> endpoint{new stats_endpoint};
+  auto s = std::make_unique<state>(*endpoint, std::move(info), std::move(reader));
+  net::listen_spec spec = net::listen_spec::tcp(options.host, options.port, 64);
+  spec.reuse_port = false;  // one stats endpoint per port: a second one must fail to bind
+  s->listener = net::open_listener(s->io, spec, error);
+  if (!s->listener) {
+    // "cannot listen on ..." names the address; say which listener it was.
+    error = "stats endpoint: " + error;
+    return nullptr;
+  }
+  endpoint->port_ = s->listener->local_address().port;
+  endpoint->description_ = s->listener->description();
+  s->uptime_at_origin_s =
+      s->info.started_unix_ms > 0
+          ? static_cast<double>(unix_ms_now() - s->info.started_unix_ms) / 1000.0
+          : 0.0;
+  if (s->uptime_at_origin_s < 0) {
+    s->uptime_at_origin_s = 0;
+  }
+  s->do_accept();
+  state* raw = s.get();
+  endpoint->state_ = std::move(s);
+  endpoint->state_->thread = std::thread([raw] {
+    // A handler that throws (allocation failure) must not take the server
+    // down with it: log and keep serving.
+    for (;;) {
+      try {
+        raw->io.run();
+        return;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "cadeloop: stats endpoint: %s\n", e.what());
+      }
+    }
+  });
+  return endpoint;
+}
+
+void stats_endpoint::close() noexcept {
+  if (!state_) {
+    return;
+  }
+  state* s = state_.get();
+  if (s->thread.joinable()) {
+    // shutdown() runs on the endpoint thread, which owns the sockets; once
+    // nothing is pending, run() returns and the thread ends.
+    asio::post(s->io, [s] { s->shutdown(); });
+    s->thread.join();
+  }
+  // Handlers that never ran still hold connections; destroy them (and the
+  // listener) before the io_context, on this thread, now that no other runs.
+  s->io.stop();
+  state_.reset();
+}
+
+stats_endpoint::~stats_endpoint() {
+  close();
+}
+
+}  // namespace cadeloop::runtime
