@@ -14,4 +14,7 @@ PYBIND11_MODULE(_core, m, pybind11::multiple_interpreters::per_interpreter_gil()
   cadeloop::pyhost::register_info(m);
   cadeloop::pyhost::register_loop(m);
   cadeloop::pyhost::register_server(m);
+  cadeloop::pyhost::register_config(m);
+  cadeloop::pyhost::register_interp(m);
+  cadeloop::pyhost::register_stats(m);
 }

@@ -16,4 +16,15 @@ void register_loop(pybind11::module_& m);
 /// bridge), Request, Ready and ClientDisconnected.
 void register_server(pybind11::module_& m);
 
+/// Core pairs in own-GIL sub-interpreters (interp_start, ...), the registry
+/// the main thread stops them through, and set_parent_death_signal.
+void register_interp(pybind11::module_& m);
+
+/// The settings table and its resolver: cadeloop._core.settings_table,
+/// check_setting, format_setting, resolve_settings and SettingError.
+void register_config(pybind11::module_& m);
+
+/// The stats endpoint: cadeloop._core.StatsEndpoint.
+void register_stats(pybind11::module_& m);
+
 }  // namespace cadeloop::pyhost

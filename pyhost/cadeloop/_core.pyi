@@ -9,6 +9,28 @@ PY_VERSION_BUILT: str
 def own_gil_supported() -> bool: ...
 def in_main_interpreter() -> bool: ...
 
+# Core pairs in own-GIL sub-interpreters (bind_interp.cpp; see cadeloop._supervisor). Slots are
+# plain C++ records shared by every interpreter of the process; no Python object crosses them.
+def interp_start(module: str, function: str, argument: str, cpus: list[int], thread_grace: float) -> int:
+    """Starts a native thread running module.function(argument, id) -> (code, message, stats) in a new
+    own-GIL sub-interpreter, then ends that interpreter. Returns the slot id. Main thread."""
+def interp_wait(id: int, timeout: float, for_ready: bool = False) -> bool:
+    """Waits (GIL released, one slice) for the slot to finish (or report ready); True if it did."""
+def interp_status(id: int) -> tuple[bool, bool, bool, str, int, str, str]:
+    """(ready, finished, ended, description, exit_code, message, stats JSON) of a slot."""
+def interp_release(id: int) -> None:
+    """Joins a finished slot's thread and forgets the slot. Main thread."""
+def interp_request_stop_all(level: int) -> int:
+    """Stops every running slot (1: drain, 2: drain cut short); returns how many. Any thread."""
+def interp_stop_fd(id: int) -> int:
+    """The eventfd a slot's loop watches for stop requests. The slot's own interpreter."""
+def interp_take_stop(id: int) -> int:
+    """Clears the slot's stop eventfd and returns its stop level. The slot's own interpreter."""
+def interp_report_ready(id: int, description: str) -> None:
+    """The slot's pair listens now. The slot's own interpreter."""
+def set_parent_death_signal(sig: int) -> None:
+    """prctl(PR_SET_PDEATHSIG, sig) for this process (worker processes)."""
+
 class Handle:
     """A callback scheduled on a cadeloop loop (asyncio.Handle semantics). Made only by the loop."""
 
@@ -144,4 +166,59 @@ class ServerCore:
     def active_tasks(self) -> int: ...
     def cancel_tasks(self) -> None: ...
     def close(self) -> None: ...
-    def stats(self) -> dict[str, int]: ...
+    def stats(self) -> dict[str, Any]:
+        """The pair's counters (from its stats page: see StatsRegion.snapshot for the keys) plus the
+        bridge's (app_requests, eager_completed, drain_waits, app_passes_with_work, active_tasks)."""
+
+# --- per-pair stats pages in shared memory (bind_server.cpp; runtime/stats_page.hpp) ---
+# ServerCore options that place a pair on a page: "stats_region" (a StatsRegion) + "stats_index",
+# or, from another interpreter, "stats_page_address" (StatsRegion.address(i)) + "stats_index".
+# Access log options: "access_log" (bool), "access_log_format", "access_log_file", "access_log_queue".
+
+class StatsRegion:
+    """Per-pair stats pages in one MAP_SHARED mapping, made in the main process before workers are
+    forked (they inherit it). Pair i writes page i; any thread of any process that has the mapping
+    reads every page without locks. Its methods only read."""
+
+    def __init__(self, pages: int) -> None: ...
+    def __len__(self) -> int: ...
+    def address(self, index: int) -> int:
+        """Page `index`'s address, for ServerCore's stats_page_address option in a sub-interpreter.
+        Valid while this object lives (keep it alive in the main interpreter)."""
+    def snapshot(self, index: int) -> dict[str, Any]:
+        """valid, index, pid, state ('unused', 'starting', 'serving', 'draining', 'stopped'),
+        started_unix_ms, the counters (requests, responses, responses_1xx..responses_5xx, bytes_in,
+        bytes_out, connections_open, connections_accepted, requests_in_flight, inbound_depth,
+        outbound_depth, wakeups_to_app, wakeups_to_io, io_parks, app_parks, spins, spin_hits,
+        loop_ticks, protocol_errors, timeouts, app_errors, access_log_dropped, ...), latency_count,
+        latency_sum_us, latency_p50_us/p90_us/p99_us/p999_us and latency_buckets (counts)."""
+    def snapshot_all(self) -> list[dict[str, Any]]: ...
+    def totals(self) -> dict[str, Any]:
+        """Every page in use summed (histograms merged: the percentiles are over all pairs)."""
+
+def latency_bucket_bounds_us() -> list[float]:
+    """Exclusive upper bound (µs) of each latency bucket; the last is inf."""
+def flush_access_logs(timeout: float = 5.0) -> bool:
+    """Waits until every access-log line queued in this process is written; call before exiting."""
+def check_access_log_format(format: str) -> str:
+    """'' if the access-log format is valid, else one line naming the problem."""
+
+# --- the settings table (pyhost/bind_config.cpp; config/ in C++) ---
+
+class SettingError(ValueError):
+    """A refused setting: str(e) is one line naming the file and line, the variable or the flag."""
+
+    kind: str  # "unknown", "invalid", "out_of_range" or "file"
+
+def settings_table() -> list[dict[str, Any]]: ...
+def environment_names_not_settings() -> list[str]: ...
+def check_setting(name: str, value: object, where: str | None = None) -> Any: ...
+def format_setting(name: str, value: object, toml: bool = False) -> str: ...
+def resolve_settings(
+    file: str | None = None,
+    environ: dict[str, str] | None = None,
+    prefix: str = "CADELOOP_",
+    flags: list[tuple[str, str]] = ...,
+    arguments: dict[str, Any] | None = None,
+    arguments_origin: str = "serve()",
+) -> list[tuple[str, Any, str]]: ...

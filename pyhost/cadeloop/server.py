@@ -27,7 +27,10 @@ from typing import Any, Callable
 from . import _core
 from ._loop import Loop
 
-__all__ = ["Config", "AppLoadError", "StartupError", "ClientDisconnected", "load_app", "serve", "Server"]
+__all__ = [
+    "Config", "AppLoadError", "StartupError", "ClientDisconnected", "load_app", "serve", "Server", "current_pair",
+    "run_server",
+]
 
 logger = logging.getLogger("cadeloop")
 error_logger = logging.getLogger("cadeloop.error")
@@ -47,106 +50,8 @@ class StartupError(Exception):
         self.exit_code = exit_code
 
 
-# name -> (type, lowest, highest, help). Seconds are floats; sizes are bytes.
-SETTINGS: dict[str, tuple[type, float, float, str]] = {
-    "max_body": (int, 0, 2**63, "largest request body in bytes (413 above)"),
-    "max_url": (int, 32, 1 << 20, "longest request target in bytes (414 above)"),
-    "max_header_bytes": (int, 32, 1 << 24, "largest request head in bytes (431 above)"),
-    "max_headers": (int, 1, 10_000, "most header fields in a request (431 above)"),
-    "max_pipelined": (int, 1, 1024, "requests in flight per connection (pipelining)"),
-    "body_window": (int, 1024, 1 << 30, "request body bytes handed to the app and not yet read before reading pauses"),
-    "send_high_mark": (int, 1024, 1 << 30, "response bytes per connection after which send() waits for the client"),
-    "max_connections": (int, 1, 1 << 24, "open connections above which accepting pauses"),
-    "max_requests_in_flight": (int, 1, 1 << 24, "requests in flight (all connections) above which accepting pauses"),
-    "request_line_timeout": (float, 0.001, 86400, "seconds for a request head to arrive (408 after)"),
-    "keepalive_idle": (float, 0.001, 86400, "seconds an idle keep-alive connection is kept"),
-    "grace": (float, 0, 86400, "seconds in-flight requests get to finish after SIGTERM/SIGINT"),
-    "backlog": (int, 1, 65535, "listen(2) backlog"),
-    "io_spin_us": (int, 0, 1_000_000, "microseconds the I/O thread spins before it sleeps"),
-    "spin_us": (int, 0, 1_000_000, "microseconds the app loop spins before it sleeps"),
-}
-
-
-@dataclasses.dataclass
-class Config:
-    """Every server setting. `check()` refuses a bad value with one line naming it."""
-
-    app: Any = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-    uds: str | None = None
-    fd: int | None = None
-    app_dir: str | None = None
-    factory: bool = False
-    root_path: str = ""
-    lifespan: str = "auto"
-    cores: int = 1
-    isolation: str = "auto"
-    pin: bool = False
-    server_header: str = "cadeloop"
-    stats_json_on_exit: str | None = None
-    max_body: int = 1 << 30
-    max_url: int = 8 * 1024
-    max_header_bytes: int = 64 * 1024
-    max_headers: int = 100
-    max_pipelined: int = 16
-    body_window: int = 256 * 1024
-    send_high_mark: int = 1024 * 1024
-    max_connections: int = 10_000
-    max_requests_in_flight: int = 4096
-    request_line_timeout: float = 10.0
-    keepalive_idle: float = 5.0
-    grace: float = 30.0
-    backlog: int = 1024
-    io_spin_us: int = 0
-    spin_us: int = 0
-
-    def check(self) -> None:
-        if self.lifespan not in ("auto", "on", "off"):
-            raise ValueError(f"lifespan must be 'auto', 'on' or 'off', not {self.lifespan!r}")
-        if not isinstance(self.port, int) or isinstance(self.port, bool) or not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be an int in [0, 65535], not {self.port!r}")
-        if self.uds is not None and self.fd is not None:
-            raise ValueError("uds and fd cannot both be given")
-        if self.isolation not in ("auto", "subinterpreters", "processes"):
-            raise ValueError(f"isolation must be 'auto', 'subinterpreters' or 'processes', not {self.isolation!r}")
-        if not isinstance(self.cores, int) or isinstance(self.cores, bool) or not 0 <= self.cores <= 1024:
-            raise ValueError(f"cores must be an int in [0, 1024] (0: one pair per usable CPU), not {self.cores!r}")
-        if self.cores != 1:
-            raise ValueError(
-                f"--cores {self.cores}: more than one core pair arrives with the every-core release; "
-                "use --cores 1 for now"
-            )
-        for name, (kind, low, high, _) in SETTINGS.items():
-            value = getattr(self, name)
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if kind is int:
-                ok = ok and isinstance(value, int)
-            if not ok or not low <= value <= high:
-                what = "an int" if kind is int else "a number"
-                raise ValueError(f"{name} must be {what} in [{low:g}, {high:g}], not {value!r}")
-
-    def core_options(self) -> dict[str, Any]:
-        if self.uds is not None:
-            listen: dict[str, Any] = {"kind": "unix", "path": self.uds}
-        elif self.fd is not None:
-            listen = {"kind": "fd", "fd": self.fd}
-        else:
-            listen = {"kind": "tcp", "host": self.host, "port": self.port}
-        opts = {name: getattr(self, name) for name in SETTINGS if name != "spin_us"}
-        opts.update(listen)
-        opts["root_path"] = self.root_path
-        opts["server_header"] = self.server_header
-        return opts
-
-    def describe_listen(self) -> str:
-        if self.uds is not None:
-            return f"unix:{self.uds}"
-        if self.fd is not None:
-            return f"fd {self.fd}"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
+# Every setting comes from the one table in C++ (config/); see cadeloop.config.
+from .config import SETTINGS, Config, SettingError, resolve  # noqa: E402
 
 # --------------------------------------------------------------------------- the app
 
@@ -279,34 +184,94 @@ def _probe_listen(config: Config) -> None:
     """Refuses an address already taken before the app's startup runs (the pair binds for real later)."""
     if config.uds is not None or config.fd is not None or config.port == 0:
         return
+    _bind_reuseport(config).close()
+
+
+def _bind_reuseport(config: Config) -> socket.socket:
+    """A socket bound (not listening) to config's TCP address with SO_REUSEPORT, as every pair binds.
+
+    With port 0 the kernel picks the port; keeping this socket bound keeps
+    that port for every pair (and for a restarted worker) until it is closed.
+    Raises StartupError with one line when the address is taken.
+    """
     try:
         infos = socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise StartupError(f"cannot listen on {config.describe_listen()}: {exc.strerror}") from None
     family, kind, proto, _, addr = infos[0]
-    with socket.socket(family, kind, proto) as s:
+    s = socket.socket(family, kind, proto)
+    try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        try:
-            s.bind(addr)
-        except OSError as exc:
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            reason = reason[:1].lower() + reason[1:]
-            raise StartupError(f"cannot listen on {config.describe_listen()}: {reason}") from None
+        s.bind(addr)
+    except OSError as exc:
+        s.close()
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        reason = reason[:1].lower() + reason[1:]
+        raise StartupError(f"cannot listen on {config.describe_listen()}: {reason}") from None
+    return s
+
+
+# The index of the core pair this interpreter (or worker process) serves; see current_pair().
+_current_pair: int | None = None
+
+
+def current_pair() -> int | None:
+    """The index (0 .. cores-1) of the core pair the calling code runs in, or None outside a server.
+
+    Each pair has its own interpreter (a sub-interpreter, or the main
+    interpreter of its worker process), so this is a plain module value: an
+    app may read it at import, in lifespan or in a request.
+    """
+    return _current_pair
 
 
 class Server:
-    """Serves one app on one core pair until SIGINT/SIGTERM or `request_stop()`. Made and run on one thread."""
+    """Serves one app on one core pair until SIGINT/SIGTERM or `request_stop()`. Made and run on one thread.
+
+    With `config.cores` other than 1, `run()` serves every pair instead
+    (cadeloop._supervisor: sub-interpreters or worker processes). A pair run
+    by the supervisor gets `pair` (its index), `stop_source` (a file
+    descriptor its loop watches and a function returning the stop level: 1
+    drain, 2 drain cut short) and `on_listening` (called with the address
+    once it accepts). Signal handlers are installed only on the main thread
+    of the main interpreter (one pair, or a worker process); a pair in a
+    sub-interpreter gets every stop request through `stop_source`.
+    """
 
     def __init__(self, app: Any, config: Config) -> None:
         self.app = app
         self.config = config
         self.core: Any = None
         self.stats: dict[str, Any] = {}
+        self.pair: int | None = None
+        self.stop_source: tuple[int, Callable[[], int]] | None = None
+        self.on_listening: Callable[[str], None] | None = None
+        # Where the pair's counters live: {"stats_region": r, "stats_index": i} or
+        # {"stats_page_address": a, "stats_index": i}; None: run() makes a region of one page.
+        self.stats_options: dict[str, Any] | None = None
+        self.endpoint: Any = None
         self._stopping = False
+        self._stop_source_closed = False
         self._stopped: asyncio.Future[None] | None = None
 
     def run(self) -> None:
+        logger.setLevel(self.config.log_level.upper())  # --log-level: debug, info, warning, error
+        if self.config.cores != 1 and self.pair is None:
+            from ._supervisor import run_pairs
+
+            self.stats = run_pairs(self.config, self.app)
+            return
+        global _current_pair
+        if _current_pair is None:
+            _current_pair = self.pair if self.pair is not None else 0
+        region = None
+        if self.stats_options is None:
+            from ._stats import start_endpoint
+
+            region = _core.StatsRegion(1)
+            self.stats_options = {"stats_region": region, "stats_index": 0}
+            self.endpoint = start_endpoint(self.config, region, "single pair")
         loop = Loop(spin_us=self.config.spin_us)
         try:
             asyncio.set_event_loop(loop)
@@ -314,20 +279,45 @@ class Server:
         finally:
             asyncio.set_event_loop(None)
             loop.close()
+            if self.endpoint is not None:
+                self.endpoint.close()
+                self.endpoint = None
+            if self.config.access_log:
+                _core.flush_access_logs(max(self.config.grace, 1.0))
 
     def request_stop(self) -> None:
         """Graceful stop: no more accepts, in-flight requests finish within `grace`. Loop thread."""
         if self.core is not None and not self._stopping:
             self._stopping = True
+            if self.endpoint is not None:
+                self.endpoint.set_draining()  # /readyz says 503 before the listener closes
             logger.info("shutting down: finishing requests in flight (grace %gs)", self.config.grace)
             self.core.request_stop()
 
     def _on_signal(self, signum: int) -> None:
         if self._stopping and self.core is not None:
-            logger.info("%s again: cancelling the app's tasks", signal.Signals(signum).name)
-            self.core.cancel_tasks()
+            # A second SIGINT (Ctrl-C) cuts the drain short; a second SIGTERM (an orchestrator
+            # repeating itself) does not.
+            if signum == signal.SIGINT:
+                logger.info("SIGINT again: cancelling the app's tasks")
+                self.core.cancel_tasks()
+            else:
+                logger.info("%s again: still finishing requests in flight", signal.Signals(signum).name)
             return
         self.request_stop()
+
+    def _on_stop_request(self) -> None:
+        assert self.stop_source is not None
+        level = self.stop_source[1]()
+        if level < 0:  # the supervisor is gone (end of its pipe): drain and exit
+            asyncio.get_running_loop().remove_reader(self.stop_source[0])
+            self._stop_source_closed = True
+            level = 1
+        if level >= 1 and not self._stopping:
+            self.request_stop()
+        if level >= 2 and self.core is not None:
+            logger.info("drain cut short: cancelling the app's tasks")
+            self.core.cancel_tasks()
 
     def _on_stopped(self) -> None:
         if self._stopped is not None and not self._stopped.done():
@@ -353,7 +343,9 @@ class Server:
         self._stopped = loop.create_future()
         lifespan = _Lifespan(self.app, config.lifespan, loop)
         await lifespan.startup()
-        core = _core.ServerCore(self.app, loop, config.core_options(), self._on_app_error, self._on_stopped)
+        options = config.core_options()
+        options.update(self.stats_options or {})
+        core = _core.ServerCore(self.app, loop, options, self._on_app_error, self._on_stopped)
         if lifespan.state is not None:
             core.set_state(lifespan.state)
         error = core.start()
@@ -363,7 +355,9 @@ class Server:
             raise StartupError(error)
         self.core = core
         signals: list[int] = []
-        if threading.current_thread() is threading.main_thread():
+        # Signals reach only the main thread of the main interpreter; a pair run by the
+        # supervisor gets its stop requests through stop_source instead.
+        if _core.in_main_interpreter() and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal, sig)
                 signals.append(sig)
@@ -371,10 +365,17 @@ class Server:
                 path = config.stats_json_on_exit
                 loop.add_signal_handler(signal.SIGUSR1, self.write_stats, path)
                 signals.append(signal.SIGUSR1)
+        if self.stop_source is not None:
+            loop.add_reader(self.stop_source[0], self._on_stop_request)
         loop._attach_source(core.source_capsule())
         try:
-            scheme = "http+unix" if config.uds else "http"
-            logger.info("listening on %s://%s (1 core pair, pid %d)", scheme, core.description, os.getpid())
+            if self.pair is None:
+                scheme = "http+unix" if config.uds else "http"
+                logger.info("listening on %s://%s (1 core pair, pid %d)", scheme, core.description, os.getpid())
+            else:
+                logger.info("serving on %s (pid %d)", core.description, os.getpid())
+            if self.on_listening is not None:
+                self.on_listening(core.description)
             await self._stopped
             # Every connection is closed now; tasks may still run (background work, an app
             # that ignores disconnects). Give them the grace period, then cancel them.
@@ -389,6 +390,8 @@ class Server:
                     await asyncio.sleep(0.01)
         finally:
             loop._detach_source()
+            if self.stop_source is not None and not self._stop_source_closed:
+                loop.remove_reader(self.stop_source[0])
             for sig in signals:
                 loop.remove_signal_handler(sig)
             if not self._stopping:
@@ -408,6 +411,20 @@ class Server:
             self.write_stats(config.stats_json_on_exit)
 
 
+def run_server(config: Config, app: Any = None) -> dict[str, Any]:
+    """Serves `config.app` on `config.cores` core pairs until SIGINT/SIGTERM; returns the counters.
+
+    `app` is the loaded app when the caller already imported it (the
+    worker processes then inherit it), else None: each pair imports
+    `config.app` itself. One pair runs on the calling thread; more run in
+    sub-interpreters or worker processes (`config.isolation`, see
+    cadeloop._supervisor). Raises StartupError with one line.
+    """
+    from ._supervisor import run_pairs
+
+    return run_pairs(config, app)
+
+
 def _configure_logging() -> None:
     if logger.handlers or logging.getLogger().handlers:
         return
@@ -418,21 +435,30 @@ def _configure_logging() -> None:
     logger.propagate = False
 
 
-def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, **settings: Any) -> None:
+def serve(app: Any, host: str | None = None, port: int | None = None, **settings: Any) -> None:
     """Serve `app` (an ASGI app, or "module:attribute") until SIGINT/SIGTERM.
 
     Settings are the fields of `Config` (uds, fd, root_path, lifespan, grace,
-    max_body, keepalive_idle, ...). Runs the app thread on the calling thread.
-    Raises ValueError (bad setting), AppLoadError, or StartupError (address in
-    use, failed lifespan startup), each with one line for the user.
+    max_body="16MiB", keepalive_idle="30s", ...; see docs/configuration.md).
+    `host` and `port` default to the table's (127.0.0.1, 8000). Arguments
+    override the CADELOOP_* environment variables, which override the TOML
+    file CADELOOP_CONFIG names. Runs the app thread on the calling thread.
+    Raises TypeError (unknown setting), SettingError (a ValueError: a bad
+    value), AppLoadError, or StartupError (address in use, failed lifespan
+    startup), each with one line for the user.
     """
-    fields = {f.name for f in dataclasses.fields(Config)}
-    unknown = sorted(set(settings) - fields)
-    if unknown:
-        raise TypeError(f"serve() got unknown setting(s) {', '.join(unknown)}")
-    config = Config(app=app, host=host, port=port, **settings)
-    config.check()
+    for name in settings:
+        if name not in SETTINGS:
+            try:
+                _core.check_setting(name, None)
+            except SettingError as exc:
+                raise TypeError(str(exc)) from None
+    arguments = dict(settings, app=app)
+    if host is not None:
+        arguments["host"] = host
+    if port is not None:
+        arguments["port"] = port
+    config = resolve(environ=os.environ, arguments=arguments).config
     _configure_logging()
-    asgi_app = load_app(app, config.app_dir, config.factory)
+    asgi_app = load_app(config.app, config.app_dir, config.factory)
     Server(asgi_app, config).run()
-
