@@ -368,7 +368,9 @@ class line_sink final : public spdlog::sinks::base_sink<std::mutex> {
     }
     // After the write and flush: flush_access_logs() waits for zero.
     queued.fetch_sub(1, std::memory_order_release);
-    process_queued_.fetch_sub(1, std::memory_order_release);
+    // One entry carries a pass's lines, '\n'-separated (access_log::flush).
+    const auto lines = 1 + std::count(msg.payload.begin(), msg.payload.end(), '\n');
+    process_queued_.fetch_sub(static_cast<std::int64_t>(lines), std::memory_order_release);
   }
   void flush_() override { std::fflush(file_); }
 
@@ -379,6 +381,9 @@ class line_sink final : public spdlog::sinks::base_sink<std::mutex> {
 };
 
 }  // namespace
+
+// Lines gathered into one queue entry at most (a pass that answers more queues several).
+constexpr std::size_t max_batch_bytes = 64 * 1024;
 
 class access_log::writer {
  public:
@@ -391,11 +396,15 @@ class access_log::writer {
 
   // Any I/O thread. Counted before it is queued, so the sink never sees a
   // line it was not told about.
-  bool log(std::string_view line) {
-    if (process_queued_.fetch_add(1, std::memory_order_relaxed) >= limit_) {
-      process_queued_.fetch_sub(1, std::memory_order_relaxed);
+  bool log(std::string_view lines, std::size_t count) {
+    // The limit counts lines, not queue entries, so batching does not raise
+    // the memory a stalled destination can make the queue hold.
+    const auto n = static_cast<std::int64_t>(count);
+    if (process_queued_.fetch_add(n, std::memory_order_relaxed) + n > limit_) {
+      process_queued_.fetch_sub(n, std::memory_order_relaxed);
       return false;
     }
+    const std::string_view line = lines;
     sink_->queued.fetch_add(1, std::memory_order_relaxed);
     logger_->log(spdlog::level::info, spdlog::string_view_t{line.data(), line.size()});
     return true;
@@ -514,7 +523,18 @@ access_log::access_log(const access_log_options& options)
   line_.reserve(256);
 }
 
-access_log::~access_log() = default;
+access_log::~access_log() { (void)flush(); }
+
+std::size_t access_log::flush() {
+  if (batch_lines_ == 0) {
+    return 0;
+  }
+  const std::size_t lines = batch_lines_;
+  const bool queued = writer_->log(batch_, lines);
+  batch_.clear();
+  batch_lines_ = 0;
+  return queued ? 0 : lines;
+}
 
 void access_log::capture(const http::request_head& head, std::string& out) const {
   put_field(out, head.method_name());
@@ -525,8 +545,8 @@ void access_log::capture(const http::request_head& head, std::string& out) const
   }
 }
 
-bool access_log::write(std::string_view captured, std::string_view client_text, unsigned status,
-                       std::uint64_t bytes, std::uint64_t duration_us) {
+std::size_t access_log::write(std::string_view captured, std::string_view client_text, unsigned status,
+                              std::uint64_t bytes, std::uint64_t duration_us) {
   // What capture() kept, in its order; all absent for the I/O thread's own answers.
   std::string_view in = captured;
   const std::optional<std::string_view> method = take_field(in);
@@ -680,7 +700,13 @@ bool access_log::write(std::string_view captured, std::string_view client_text, 
       }
     }
   }
-  return writer_->log(out);
+  // Gathered, and queued by flush() once per pass (or when the batch is big).
+  if (!batch_.empty()) {
+    batch_ += '\n';
+  }
+  batch_ += out;
+  ++batch_lines_;
+  return batch_.size() >= max_batch_bytes ? flush() : 0;
 }
 
 }  // namespace cadeloop::net

@@ -324,6 +324,12 @@ class http_server::impl {
   // ------------------------------------------------------------ writes
 
   void flush_writes() {
+    if (log_ != nullptr) {
+      // This pass's access-log lines go to the log thread as one queue entry.
+      if (const std::size_t dropped = log_->flush(); dropped != 0) {
+        ctr_.access_log_dropped.add(dropped);
+      }
+    }
     if (dirty_.empty()) {
       return;
     }
@@ -866,8 +872,8 @@ class http_server::impl {
     if (c.client_text.empty()) {
       c.client_text = c.client.to_string();
     }
-    if (!log_->write(captured, c.client_text, status, bytes, duration_us)) {
-      ctr_.access_log_dropped.add();
+    if (const std::size_t dropped = log_->write(captured, c.client_text, status, bytes, duration_us); dropped != 0) {
+      ctr_.access_log_dropped.add(dropped);
     }
   }
 

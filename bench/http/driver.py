@@ -38,6 +38,8 @@ RESULTS = ROOT / "bench" / "results"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # cadeloop writes its core pair's counters here on SIGUSR1 (and at exit).
 STATS_FILE = Path("/tmp") / f"cadeloop-bench-stats-{os.getpid()}.json"
+# The access log of "cadeloop-log": a real file (in the page cache), appended to.
+ACCESS_LOG = Path("/tmp") / f"cadeloop-bench-access-{os.getpid()}.log"
 
 # Each peer gets its own venv so their dependencies never mix with ours.
 PEER_PACKAGES = {
@@ -67,6 +69,12 @@ def servers(port: int) -> dict[str, Server]:
             "cadeloop",
             [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
              "--stats-json-on-exit", str(STATS_FILE)],
+            str(ROOT / ".venv/bin/python"),
+        ),
+        "cadeloop-log": Server(
+            "cadeloop, access log on",
+            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE), "--access-log", "--access-log-file", str(ACCESS_LOG)],
             str(ROOT / ".venv/bin/python"),
         ),
         "uvicorn": Server(
@@ -213,7 +221,7 @@ def run_wrk(port: int, w: Workload, duration: int, load_cpu: int) -> tuple[dict,
 
 def pair_stats(server: Server, pid: int) -> dict:
     """cadeloop's counters now (SIGUSR1 makes it write them), or {} for the peers."""
-    if server.name != "cadeloop":
+    if not server.name.startswith("cadeloop") or "PyPI" in server.name:
         return {}
     STATS_FILE.unlink(missing_ok=True)
     os.kill(pid, signal.SIGUSR1)

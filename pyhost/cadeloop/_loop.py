@@ -385,8 +385,16 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         spin_hits, ready_len, timers_len, fds_registered, and for the socket
         transports: connections (live now), bytes_received, bytes_sent and
         sends_posted (send/sendmsg calls, at most one per transport per pass).
+        While a server's core pair feeds this loop (cadeloop.serve(), the
+        `cadeloop` command), `pair` holds that pair's counters too: requests,
+        responses by status class, connections, ring depths, wake-ups each
+        way, latency percentiles (read from its shared stats page).
         """
-        return self._core_stats()
+        stats = self._core_stats()
+        server_core = getattr(self, "_cadeloop_server_core", None)
+        if server_core is not None:
+            stats["pair"] = server_core.stats()
+        return stats
 
     # --- called from C++ ---------------------------------------------------------
 

@@ -368,6 +368,7 @@ class Server:
         if self.stop_source is not None:
             loop.add_reader(self.stop_source[0], self._on_stop_request)
         loop._attach_source(core.source_capsule())
+        loop._cadeloop_server_core = core  # loop.stats()["pair"]
         try:
             if self.pair is None:
                 scheme = "http+unix" if config.uds else "http"
@@ -390,6 +391,7 @@ class Server:
                     await asyncio.sleep(0.01)
         finally:
             loop._detach_source()
+            loop._cadeloop_server_core = None
             if self.stop_source is not None and not self._stop_source_closed:
                 loop.remove_reader(self.stop_source[0])
             for sig in signals:
@@ -435,7 +437,7 @@ def _configure_logging() -> None:
     logger.propagate = False
 
 
-def serve(app: Any, host: str | None = None, port: int | None = None, **settings: Any) -> None:
+def serve(app: Any, host: str | None = None, port: int | None = None, **settings: Any) -> dict[str, Any]:
     """Serve `app` (an ASGI app, or "module:attribute") until SIGINT/SIGTERM.
 
     Settings are the fields of `Config` (uds, fd, root_path, lifespan, grace,
@@ -443,7 +445,9 @@ def serve(app: Any, host: str | None = None, port: int | None = None, **settings
     `host` and `port` default to the table's (127.0.0.1, 8000). Arguments
     override the CADELOOP_* environment variables, which override the TOML
     file CADELOOP_CONFIG names. Runs the app thread on the calling thread.
-    Raises TypeError (unknown setting), SettingError (a ValueError: a bad
+    Returns the counters at exit (with more than one pair: totals, `pairs`
+    and `region`, every pair's shared stats page). Raises TypeError (unknown
+    setting), SettingError (a ValueError: a bad
     value), AppLoadError, or StartupError (address in use, failed lifespan
     startup), each with one line for the user.
     """
@@ -461,4 +465,6 @@ def serve(app: Any, host: str | None = None, port: int | None = None, **settings
     config = resolve(environ=os.environ, arguments=arguments).config
     _configure_logging()
     asgi_app = load_app(config.app, config.app_dir, config.factory)
-    Server(asgi_app, config).run()
+    server = Server(asgi_app, config)
+    server.run()
+    return server.stats

@@ -222,22 +222,22 @@ def test_pin_ties_each_pair_to_its_own_cpus(tmp_path: Path, isolation: str) -> N
         assert srv.stop() == 0, srv.log()
 
 
-@pytest.mark.skipif(not SUBINTERPRETERS, reason="sub-interpreters need CPython 3.13+ here")
-def test_threads_the_app_started_are_waited_for_before_its_interpreter_ends(tmp_path: Path) -> None:
-    srv = ServerProcess("cores_app:app", "--cores", "2", "--isolation", "subinterpreters", tmp=tmp_path).start()
-    started = httpx.get(srv.url + "/threads?secs=1.5").json()
-    assert started[0] == "thread"
-    time.sleep(0.2)
-    t0 = time.monotonic()
-    assert srv.stop() == 0, srv.log()  # no abort in Py_EndInterpreter: it ran after the threads ended
-    assert time.monotonic() - t0 > 1.0
+if SUBINTERPRETERS:  # sub-interpreters need CPython 3.13+; on 3.11 these tests do not exist
+    def test_threads_the_app_started_are_waited_for_before_its_interpreter_ends(tmp_path: Path) -> None:
+        srv = ServerProcess("cores_app:app", "--cores", "2", "--isolation", "subinterpreters", tmp=tmp_path).start()
+        started = httpx.get(srv.url + "/threads?secs=1.5").json()
+        assert started[0] == "thread"
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        assert srv.stop() == 0, srv.log()  # no abort in Py_EndInterpreter: it ran after the threads ended
+        assert time.monotonic() - t0 > 1.0
 
-    srv = ServerProcess("cores_app:app", "--cores", "2", "--isolation", "subinterpreters", tmp=tmp_path).start()
-    httpx.get(srv.url + "/threads?secs=3600")
-    rc = srv.stop()
-    assert rc == 1, srv.log()  # not -6 (SIGABRT): the interpreter was left, the process exited
-    assert "thread(s) the app started still run; the interpreter was not ended" in srv.log()
-    assert "exiting without finalizing" in srv.log()
+        srv = ServerProcess("cores_app:app", "--cores", "2", "--isolation", "subinterpreters", tmp=tmp_path).start()
+        httpx.get(srv.url + "/threads?secs=3600")
+        rc = srv.stop()
+        assert rc == 1, srv.log()  # not -6 (SIGABRT): the interpreter was left, the process exited
+        assert "thread(s) the app started still run; the interpreter was not ended" in srv.log()
+        assert "exiting without finalizing" in srv.log()
 
 
 # --------------------------------------------------------------------------- start-up failures
@@ -251,15 +251,15 @@ def test_failed_lifespan_startup_on_two_pairs_exits_with_the_apps_message(isolat
     assert "listening on" not in p.stderr
 
 
-@pytest.mark.skipif(not SUBINTERPRETERS, reason="sub-interpreters need CPython 3.13+ here")
-def test_app_that_raises_at_import_in_a_subinterpreter_stops_the_server_with_its_message() -> None:
-    p = run_cli("cores_app:app", "--port", "0", "--cores", "2", "--isolation", "subinterpreters",
-                env={"CORES_APP_FAIL_IN_SUBINTERPRETER": "1"})
-    assert p.returncode == 1, p.stderr
-    assert ("cadeloop: importing 'cores_app:app' raised RuntimeError: cores_app refuses to load in a "
-            "sub-interpreter") in p.stderr
-    assert "Traceback (most recent call last)" in p.stderr
-    assert "listening on" not in p.stderr
+if SUBINTERPRETERS:  # sub-interpreters need CPython 3.13+; on 3.11 these tests do not exist
+    def test_app_that_raises_at_import_in_a_subinterpreter_stops_the_server_with_its_message() -> None:
+        p = run_cli("cores_app:app", "--port", "0", "--cores", "2", "--isolation", "subinterpreters",
+                    env={"CORES_APP_FAIL_IN_SUBINTERPRETER": "1"})
+        assert p.returncode == 1, p.stderr
+        assert ("cadeloop: importing 'cores_app:app' raised RuntimeError: cores_app refuses to load in a "
+                "sub-interpreter") in p.stderr
+        assert "Traceback (most recent call last)" in p.stderr
+        assert "listening on" not in p.stderr
 
 
 def test_pairs_that_keep_dying_at_start_are_given_up() -> None:

@@ -198,3 +198,53 @@ def test_log_level_warning_hides_the_info_lines(tmp_path: Path) -> None:
         assert proc.wait(30) == 0
     text = err.read_text()
     assert "listening on" not in text and "stopped:" not in text, text
+
+
+def test_dashboard_draws_a_real_server_under_load(tmp_path: Path) -> None:
+    from test_stats_endpoint import chart_plots, coloured_pixels, read_png, run_chromium
+
+    srv = ServerProcess("cores_app:app", "--cores", "2", "--stats-port", "0", tmp=tmp_path).start()
+    stop = threading.Event()
+
+    def load() -> None:
+        with httpx.Client(timeout=10) as client:
+            while not stop.is_set():
+                client.get(srv.url + "/pair")
+
+    workers = [threading.Thread(target=load) for _ in range(2)]
+    for w in workers:
+        w.start()
+    try:
+        page = stats_url(srv) + "/"
+        time.sleep(1.0)
+        dom = run_chromium(["--dump-dom"], page, tmp_path / "profile-dom")
+        plots = chart_plots(dom.stdout)
+        assert plots, "no chart in the page"
+        assert all(points > 0 for _, points in plots.values()), plots
+        shot = tmp_path / "dashboard.png"
+        out = run_chromium([f"--screenshot={shot}"], page, tmp_path / "profile-shot")
+        assert shot.exists(), out.stderr
+        assert read_png(shot)[:2] == (1200, 900)
+        # Requests per second and latency move under load; connections and ring depths of a
+        # steady two-connection load are flat lines on the axis (their points are checked above).
+        for name in ("c-rps", "c-latency"):
+            assert coloured_pixels(shot, plots[name][0]) > 40, f"chart {name} looks empty in the screenshot"
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(10)
+        assert srv.stop() == 0
+
+
+@pytest.mark.parametrize("isolation", MODES)
+def test_loop_stats_show_the_pair_that_runs_the_loop(tmp_path: Path, isolation: str) -> None:
+    srv = ServerProcess("cores_app:app", "--cores", "2", "--isolation", isolation, tmp=tmp_path).start()
+    try:
+        with httpx.Client(timeout=10) as client:
+            for _ in range(5):
+                assert client.get(srv.url + "/pair").status_code == 200
+            stats = client.get(srv.url + "/loop-stats").json()
+        assert stats["page_index"] == stats["pair"]
+        assert stats["requests"] >= 6  # the five on this connection and this one, maybe others
+    finally:
+        assert srv.stop() == 0

@@ -69,6 +69,10 @@ async def app(scope, receive, send):
         except RuntimeError as exc:
             started.append(f"raw refused: {exc}")
         return await respond(send, json.dumps(started).encode(), b"application/json")
+    if path == "/loop-stats":
+        pair = asyncio.get_running_loop().stats()["pair"]
+        body = {"pair": current_pair(), "page_index": pair["index"], "requests": pair["requests"]}
+        return await respond(send, json.dumps(body).encode(), b"application/json")
     if path == "/cpu":
         _burn(float(q.get("ms", "5")))
         return await respond(send, b"done")

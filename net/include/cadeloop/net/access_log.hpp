@@ -84,11 +84,18 @@ class access_log {
   void capture(const http::request_head& head, std::string& out) const;
 
   /// Formats one line from what `capture` kept ("" for a request the I/O
-  /// thread answered itself) and queues it. Returns false when the queue was
-  /// full and the line was dropped. `client_text` is the client's
+  /// thread answered itself) and adds it to this pass's batch (see flush()).
+  /// Returns how many lines were dropped because the queue was full (only
+  /// when a big batch had to be queued early). `client_text` is the client's
   /// `socket_address::to_string()`. I/O thread.
-  bool write(std::string_view captured, std::string_view client_text, unsigned status,
-             std::uint64_t bytes, std::uint64_t duration_us);
+  std::size_t write(std::string_view captured, std::string_view client_text, unsigned status,
+                    std::uint64_t bytes, std::uint64_t duration_us);
+  /// Queues the lines write() gathered since the last call as one entry of
+  /// the async queue (one queue operation and at most one wake-up of the log
+  /// thread per I/O pass, not per line). Returns how many lines were dropped
+  /// because the queue was full. I/O thread, once per pass; the destructor
+  /// flushes too.
+  std::size_t flush();
 
   class format;
   class writer;
@@ -98,6 +105,8 @@ class access_log {
   std::shared_ptr<writer> writer_;
   std::uint32_t pair_;
   std::string line_;
+  std::string batch_;          // lines since the last flush(), '\n'-separated
+  std::size_t batch_lines_ = 0;
   std::int64_t time_second_ = -1;
   std::string time_prefix_;  // "2024-05-01T12:00:00" of time_second_
 };
