@@ -162,6 +162,14 @@ def tree_pids(root: int) -> list[int]:
     return out
 
 
+def steal_seconds(cpu: int) -> float:
+    """Time the hypervisor ran something else while CPU `cpu` had work (the 8th field of its /proc/stat line)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{cpu} "):
+            return int(line.split()[8]) / CLK_TCK
+    return 0.0
+
+
 def cpu_seconds(root: int) -> float:
     """utime+stime (and reaped children's) of the whole process tree, from /proc/PID/stat."""
     total = 0
@@ -246,14 +254,16 @@ def measure(server: Server, workloads: list[Workload], args: argparse.Namespace)
             run_wrk(args.port, w, args.warmup, args.load_cpu)  # warm-up, not counted
             stats_before = pair_stats(server, proc.pid)
             before = cpu_seconds(proc.pid)
+            steal_before = steal_seconds(args.server_cpu)
             figures, errors = run_wrk(args.port, w, args.duration, args.load_cpu)
             after = cpu_seconds(proc.pid)
+            steal = steal_seconds(args.server_cpu) - steal_before
             stats_after = pair_stats(server, proc.pid)
-            extra = {}
+            extra = {"steal_share": steal / args.duration}
             if stats_before and stats_after:
                 d = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after if isinstance(stats_after[k], int)}
                 reqs = max(d.get("requests", 0), 1)
-                extra = {"wakeups_per_request": (d.get("wakeups_to_app", 0) + d.get("wakeups_to_io", 0)) / reqs,
+                extra |= {"wakeups_per_request": (d.get("wakeups_to_app", 0) + d.get("wakeups_to_io", 0)) / reqs,
                          "wakeups_to_app_per_request": d.get("wakeups_to_app", 0) / reqs,
                          "wakeups_to_io_per_request": d.get("wakeups_to_io", 0) / reqs,
                          "eager_completed_share": d.get("eager_completed", 0) / reqs}
@@ -261,7 +271,8 @@ def measure(server: Server, workloads: list[Workload], args: argparse.Namespace)
                                   requests=figures.get("requests", 0), p50_us=figures.get("p50", float("nan")),
                                   p99_us=figures.get("p99", float("nan")), cpu_s=after - before, errors=errors,
                                   extra=extra))
-            wake = f"  wake-ups/req {extra['wakeups_per_request']:.3f}" if extra else ""
+            wake = f"  wake-ups/req {extra['wakeups_per_request']:.3f}" if "wakeups_per_request" in extra else ""
+            wake += f"  steal {100 * extra['steal_share']:.1f}%"
             print(f"  {server.name:28} {w.name:32} {results[-1].rps:10.0f} req/s "
                   f"{results[-1].cpu_us_per_request:7.1f} us CPU/req  p50 {results[-1].p50_us:8.0f} us{wake}  {errors}")
     finally:
@@ -291,9 +302,11 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str) 
         f"- server on CPU {args.server_cpu}, wrk (1 thread) on CPU {args.load_cpu}; "
         f"{args.duration} s measured after {args.warmup} s warm-up per workload",
         "- CPU/request: utime+stime of the server's whole process tree from /proc/PID/stat over the measured run,"
-        " divided by the requests wrk completed", "",
-        "| workload | server | req/s | ratio to uvicorn | CPU µs/request | p50 µs | p99 µs | wake-ups/req | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        " divided by the requests wrk completed",
+        "- steal: share of the measured run during which the hypervisor ran something else on the server's CPU"
+        " (/proc/stat); a run with steal measured the host, not the server", "",
+        "| workload | server | req/s | ratio to uvicorn | CPU µs/request | p50 µs | p99 µs | wake-ups/req | steal | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for w in dict.fromkeys(r.workload for r in results):
         rows = [r for r in results if r.workload == w]
@@ -301,8 +314,9 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str) 
         for r in rows:
             ratio = f"{r.rps / base:.2f}" if base and r.rps else ""
             wake = f"{r.extra['wakeups_per_request']:.3f}" if "wakeups_per_request" in r.extra else ""
+            steal = f"{100 * r.extra['steal_share']:.1f}%" if "steal_share" in r.extra else ""
             lines.append(f"| {w} | {r.server} | {r.rps:.0f} | {ratio} | {r.cpu_us_per_request:.1f} | "
-                         f"{r.p50_us:.0f} | {r.p99_us:.0f} | {wake} | {r.errors} |")
+                         f"{r.p50_us:.0f} | {r.p99_us:.0f} | {wake} | {steal} | {r.errors} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     stem.with_suffix(".json").write_text(json.dumps(
         {"command": command, "machine": machine(), "date": day,

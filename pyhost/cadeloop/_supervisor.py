@@ -301,6 +301,14 @@ class _Pair:
         self.error: tuple[int, str] | None = None  # a start-up failure the pair reported
         self.starts = 0
 
+    def mark_started(self) -> None:
+        """A worker or interpreter for this pair was just started."""
+        self.running = True
+        self.ready = False
+        self.error = None
+        self.started_at = time.monotonic()
+        self.starts += 1
+
 
 class _Supervisor:
     """Runs N pairs on the main thread until a stop; subclasses say where each pair's interpreter lives."""
@@ -482,11 +490,7 @@ class _ProcessSupervisor(_Supervisor):
         self.buffers[pair.index] = b""
         self.workers[pid] = pair
         self.pids[pair.index] = pid
-        pair.running = True
-        pair.ready = False
-        pair.error = None
-        pair.started_at = time.monotonic()
-        pair.starts += 1
+        pair.mark_started()
         if self.stop_level:
             self.stop_pair(pair, self.stop_level)
 
@@ -693,11 +697,7 @@ class _InterpSupervisor(_Supervisor):
         self.slots[pair.index] = _core.interp_start(
             "cadeloop._supervisor", "run_interp_pair", json.dumps(settings), self.pins[pair.index], THREAD_GRACE
         )
-        pair.running = True
-        pair.ready = False
-        pair.error = None
-        pair.started_at = time.monotonic()
-        pair.starts += 1
+        pair.mark_started()
         if self.stop_level:
             _core.interp_request_stop_all(self.stop_level)
 

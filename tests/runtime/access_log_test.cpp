@@ -39,18 +39,8 @@ using cadeloop::runtime::core_pair;
 using cadeloop::runtime::core_pair_options;
 using cadeloop::test::fake_app;
 using cadeloop::test::http_response;
+using cadeloop::test::eventually;
 using cadeloop::test::test_client;
-
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) {
-      return true;
-    }
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
-}
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in{path};
@@ -316,7 +306,7 @@ TEST_F(access_log_pair, TenThousandRequestsGiveTenThousandJsonLines) {
   }
   constexpr int total = connections * per_connection;
   ASSERT_EQ(ok.load(), total);
-  ASSERT_TRUE(eventually([&] { return pair->stats().responses == total; }));
+  ASSERT_TRUE(eventually([&] { return pair->stats().responses == total; }, 20s));
   ASSERT_TRUE(flush_access_logs(20s));
   EXPECT_EQ(pair->stats().access_log_dropped, 0u);
 
@@ -380,7 +370,7 @@ TEST_F(access_log_pair, DefaultFormatAndTheIoThreadsOwnAnswers) {
   ASSERT_TRUE(bad.send("GARBAGE\r\n\r\n"));
   ASSERT_EQ(bad.read_response().status, 400);
   ASSERT_TRUE(eventually(
-      [&] { return pair->stats().protocol_errors == 1 && pair->stats().responses == 2; }));
+      [&] { return pair->stats().protocol_errors == 1 && pair->stats().responses == 2; }, 20s));
   ASSERT_TRUE(flush_access_logs(10s));
 
   const std::vector<std::string> lines = read_lines(path);
@@ -423,7 +413,7 @@ TEST_F(access_log_pair, TemplateFieldsHeadersAndEscaping) {
   ASSERT_TRUE(c.send("GET /x HTTP/1.1\r\nHost: t\r\nUser-Agent: a\"b\tc\r\n\r\n"));
   const http_response r = c.read_response();
   ASSERT_EQ(r.status, 200);
-  ASSERT_TRUE(eventually([&] { return pair->stats().responses == 1; }));
+  ASSERT_TRUE(eventually([&] { return pair->stats().responses == 1; }, 20s));
   ASSERT_TRUE(flush_access_logs(10s));
   const std::vector<std::string> lines = read_lines(path);
   ASSERT_EQ(lines.size(), 1u);

@@ -39,6 +39,7 @@ using cadeloop::test::fake_app;
 using cadeloop::test::get_request;
 using cadeloop::test::http_response;
 using cadeloop::test::seen;
+using cadeloop::test::eventually;
 using cadeloop::test::test_client;
 
 // "#3": built with snprintf, since GCC 12 warns falsely (-Wrestrict) about
@@ -65,17 +66,6 @@ void reset_close(test_client& c) {
   linger l{1, 0};
   ::setsockopt(c.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
   c.close();
-}
-
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) {
-      return true;
-    }
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
 }
 
 class core_pair_http : public ::testing::Test {

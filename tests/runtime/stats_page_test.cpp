@@ -42,18 +42,8 @@ using cadeloop::runtime::stats_region;
 using cadeloop::test::fake_app;
 using cadeloop::test::get_request;
 using cadeloop::test::http_response;
+using cadeloop::test::eventually;
 using cadeloop::test::test_client;
-
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) {
-      return true;
-    }
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
-}
 
 // The exact q quantile of sorted values, by the same rank rule (ceil(q*n)).
 std::uint64_t exact_quantile(const std::vector<std::uint64_t>& sorted, double q) {

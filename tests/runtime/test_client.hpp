@@ -15,6 +15,8 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <functional>
+#include <thread>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -264,6 +266,19 @@ inline std::string get_request(std::string_view target, std::string_view extra =
   r += extra;
   r += "\r\n";
   return r;
+}
+
+/// Polls `pred` every 2 ms until it holds or `timeout` passes; its last answer.
+inline bool eventually(const std::function<bool()>& pred,
+                       std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  }
+  return pred();
 }
 
 }  // namespace cadeloop::test
