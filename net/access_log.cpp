@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace cadeloop::net {
 
@@ -470,6 +471,27 @@ class log_backend {
     return w;
   }
 
+  void attach(access_log* log) {
+    std::lock_guard lock{mu_};
+    logs_.push_back(log);
+  }
+
+  void detach(access_log* log) {
+    std::lock_guard lock{mu_};
+    std::erase(logs_, log);
+  }
+
+  // Queues every attached log's batch (under mu_, so none is destroyed meanwhile).
+  void hand_over_all() {
+    std::lock_guard lock{mu_};
+    if (pid_ != ::getpid()) {
+      return;  // a forked child: the parent's logs are not running here
+    }
+    for (access_log* log : logs_) {
+      log->hand_over_elsewhere();
+    }
+  }
+
   bool wait_idle(std::chrono::milliseconds timeout) const {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (queued_.load(std::memory_order_acquire) > 0) {
@@ -490,6 +512,7 @@ class log_backend {
     }
     pool_.reset();
     writers_.clear();
+    logs_.clear();
     queued_.store(0, std::memory_order_relaxed);
   }
 
@@ -498,6 +521,7 @@ class log_backend {
   std::shared_ptr<spdlog::details::thread_pool> pool_;
   std::int64_t limit_ = 0;
   std::map<std::string, std::weak_ptr<access_log::writer>> writers_;
+  std::vector<access_log*> logs_;  // every live access_log of this process
   std::atomic<std::int64_t> queued_{0};
 };
 
@@ -509,6 +533,7 @@ log_backend& backend() {
 }  // namespace
 
 bool flush_access_logs(std::chrono::milliseconds timeout) {
+  backend().hand_over_all();
   return backend().wait_idle(timeout);
 }
 
@@ -521,11 +546,15 @@ access_log::access_log(const access_log_options& options)
   }
   writer_ = backend().open(options);
   line_.reserve(256);
+  backend().attach(this);
 }
 
-access_log::~access_log() { (void)flush(); }
+access_log::~access_log() {
+  backend().detach(this);
+  (void)flush();
+}
 
-std::size_t access_log::flush() {
+std::size_t access_log::hand_over_locked() {
   if (batch_lines_ == 0) {
     return 0;
   }
@@ -534,6 +563,19 @@ std::size_t access_log::flush() {
   batch_.clear();
   batch_lines_ = 0;
   return queued ? 0 : lines;
+}
+
+std::size_t access_log::flush() {
+  std::size_t dropped = dropped_elsewhere_.exchange(0, std::memory_order_relaxed);
+  std::lock_guard lock{mu_};
+  return dropped + hand_over_locked();
+}
+
+void access_log::hand_over_elsewhere() {
+  std::lock_guard lock{mu_};
+  if (const std::size_t dropped = hand_over_locked(); dropped != 0) {
+    dropped_elsewhere_.fetch_add(dropped, std::memory_order_relaxed);
+  }
 }
 
 void access_log::capture(const http::request_head& head, std::string& out) const {
@@ -700,13 +742,15 @@ std::size_t access_log::write(std::string_view captured, std::string_view client
       }
     }
   }
-  // Gathered, and queued by flush() once per pass (or when the batch is big).
+  // Gathered, and queued by flush() when the I/O thread is about to sleep,
+  // or here when the batch is big.
+  std::lock_guard lock{mu_};
   if (!batch_.empty()) {
     batch_ += '\n';
   }
   batch_ += out;
   ++batch_lines_;
-  return batch_.size() >= max_batch_bytes ? flush() : 0;
+  return batch_.size() >= max_batch_bytes ? hand_over_locked() : 0;
 }
 
 }  // namespace cadeloop::net

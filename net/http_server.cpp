@@ -323,13 +323,16 @@ class http_server::impl {
 
   // ------------------------------------------------------------ writes
 
-  void flush_writes() {
+  // Hands the gathered access-log lines to the log thread as one queue entry.
+  void flush_log() {
     if (log_ != nullptr) {
-      // This pass's access-log lines go to the log thread as one queue entry.
       if (const std::size_t dropped = log_->flush(); dropped != 0) {
         ctr_.access_log_dropped.add(dropped);
       }
     }
+  }
+
+  void flush_writes() {
     if (dirty_.empty()) {
       return;
     }
@@ -1262,6 +1265,8 @@ void http_server::recycle_head(connection_id conn, std::unique_ptr<http::request
 }
 
 void http_server::flush_writes() { impl_->flush_writes(); }
+
+void http_server::flush_log() { impl_->flush_log(); }
 
 void http_server::begin_drain() { impl_->begin_drain(); }
 

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -421,6 +422,51 @@ TEST_F(access_log_pair, TemplateFieldsHeadersAndEscaping) {
   EXPECT_EQ(line.rfind("127.0.0.1:", 0), 0u) << line;
   EXPECT_NE(line.find(R"( "GET /x" q= 200 )"), std::string::npos) << line;
   EXPECT_NE(line.find(R"(ms a\x22b\x09c - {pair 3})"), std::string::npos) << line;
+}
+
+// An idle pair's lines reach the file without anyone asking: the I/O
+// thread hands its batch to the log thread when it is about to sleep.
+TEST_F(access_log_pair, LinesAreWrittenWhenThePairGoesIdle) {
+  path = temp_path("access-idle.log");
+  opt.server.access_log.file = path;
+  start();
+  test_client c = client();
+  ASSERT_TRUE(c.send("GET /idle HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ASSERT_EQ(c.read_response().status, 200);
+  ASSERT_TRUE(eventually([&] { return read_lines(path).size() == 1; }, 10s))
+      << read_lines(path).size() << " lines";
+  EXPECT_NE(read_lines(path)[0].find("\"GET /idle\" 200 "), std::string::npos);
+}
+
+// flush_access_logs() also takes what a busy I/O thread has not handed
+// over yet (it hands over only at 64 KiB or before sleeping): here a log
+// written to and never flushed by its own thread.
+TEST(access_log_flush, TakesTheBatchOfALogThatNeverFlushed) {
+  const std::string path = temp_path("access-batch.log");
+  access_log_options o;
+  o.enabled = true;
+  o.file = path;
+  o.format = "{client} {status}";
+  std::atomic<bool> written{false};
+  std::atomic<bool> done{false};
+  std::thread io{[&] {
+    access_log log{o};
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(log.write({}, "c" + std::to_string(i), 200, 1, 1), 0u);
+    }
+    written = true;
+    while (!done) {
+      std::this_thread::sleep_for(1ms);
+    }
+  }};
+  ASSERT_TRUE(eventually([&] { return written.load(); }, 10s));
+  EXPECT_TRUE(read_lines(path).empty());
+  ASSERT_TRUE(flush_access_logs(10s));
+  const std::vector<std::string> lines = read_lines(path);
+  done = true;
+  io.join();
+  EXPECT_EQ(lines, (std::vector<std::string>{"c0 200", "c1 200", "c2 200"}));
+  std::remove(path.c_str());
 }
 
 // ---------------------------------------------------------------- formats and failures

@@ -31,10 +31,12 @@
 
 #include <cadeloop/net/connection_id.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,36 +86,49 @@ class access_log {
   void capture(const http::request_head& head, std::string& out) const;
 
   /// Formats one line from what `capture` kept ("" for a request the I/O
-  /// thread answered itself) and adds it to this pass's batch (see flush()).
-  /// Returns how many lines were dropped because the queue was full (only
-  /// when a big batch had to be queued early). `client_text` is the client's
-  /// `socket_address::to_string()`. I/O thread.
+  /// thread answered itself) and adds it to the batch (see flush()). Returns
+  /// how many lines were dropped because the queue was full (only when a
+  /// batch grew past 64 KiB and had to be queued at once). `client_text` is
+  /// the client's `socket_address::to_string()`. I/O thread.
   std::size_t write(std::string_view captured, std::string_view client_text, unsigned status,
                     std::uint64_t bytes, std::uint64_t duration_us);
-  /// Queues the lines write() gathered since the last call as one entry of
-  /// the async queue (one queue operation and at most one wake-up of the log
-  /// thread per I/O pass, not per line). Returns how many lines were dropped
-  /// because the queue was full. I/O thread, once per pass; the destructor
-  /// flushes too.
+  /// Queues the lines write() gathered since the last hand-over as one entry
+  /// of the async queue: one queue operation and at most one wake-up of the
+  /// log thread per batch, not per line. The I/O thread calls it when it is
+  /// about to sleep (an idle server's lines are written at once; a busy one
+  /// hands over a batch each time it passes 64 KiB). Returns how many lines
+  /// were dropped because the queue was full, including those dropped when
+  /// flush_access_logs() took the batch on another thread. I/O thread; the
+  /// destructor flushes too.
   std::size_t flush();
 
   class format;
   class writer;
 
+  /// flush_access_logs(): queues the batch from another thread. Any thread.
+  void hand_over_elsewhere();
+
  private:
+  std::size_t hand_over_locked();  // mu_ held
+
   std::unique_ptr<format> format_;
   std::shared_ptr<writer> writer_;
   std::uint32_t pair_;
   std::string line_;
-  std::string batch_;          // lines since the last flush(), '\n'-separated
+  // The batch: written by the I/O thread, taken by flush() on it or by
+  // flush_access_logs() on any thread. Uncontended but for those calls.
+  std::mutex mu_;
+  std::string batch_;  // lines not yet queued, '\n'-separated
   std::size_t batch_lines_ = 0;
+  std::atomic<std::size_t> dropped_elsewhere_{0};
   std::int64_t time_second_ = -1;
   std::string time_prefix_;  // "2024-05-01T12:00:00" of time_second_
 };
 
-/// Waits until every access-log line queued so far in this process has been
-/// written and its file flushed, or `timeout` passed; true if all were. Any
-/// thread (tests, and shutdown before the process exits).
+/// Queues every access log's unqueued lines (also those of busy I/O threads),
+/// then waits until every line queued in this process has been written and
+/// its file flushed, or `timeout` passed; true if all were. Any thread
+/// (tests, and shutdown before the process exits).
 bool flush_access_logs(std::chrono::milliseconds timeout);
 
 }  // namespace cadeloop::net
