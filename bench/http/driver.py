@@ -24,6 +24,7 @@ import platform
 import re
 import shutil
 import signal
+import statistics
 import socket
 import subprocess
 import sys
@@ -291,6 +292,36 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}"
 
 
+def quiet_medians(results: list[Result], max_steal: float) -> list[str]:
+    """With repeated runs (a server named more than once in --servers): the
+    median of each server's runs whose steal stayed under `max_steal`, and
+    each median against the first server's of the same workload."""
+    groups: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        groups.setdefault((r.workload, r.server), []).append(r)
+    if all(len(g) < 2 for g in groups.values()):
+        return []
+    lines = ["", f"Medians over the runs with steal under {100 * max_steal:.0f} % "
+             "(runs kept / runs; ratios against the first server of the workload):", "",
+             "| workload | server | runs | req/s | req/s ratio | CPU µs/request | CPU ratio |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for w in dict.fromkeys(r.workload for r in results):
+        base: tuple[float, float] | None = None
+        for (workload, server), runs in groups.items():
+            if workload != w:
+                continue
+            quiet = [r for r in runs if r.rps and r.extra.get("steal_share", 0.0) < max_steal]
+            if not quiet:
+                lines.append(f"| {w} | {server} | 0 / {len(runs)} | | | | |")
+                continue
+            rps = statistics.median(r.rps for r in quiet)
+            cpu = statistics.median(r.cpu_us_per_request for r in quiet)
+            base = base or (rps, cpu)
+            lines.append(f"| {w} | {server} | {len(quiet)} / {len(runs)} | {rps:.0f} | {rps / base[0]:.3f} | "
+                         f"{cpu:.2f} | {cpu / base[1]:.3f} |")
+    return lines
+
+
 def write_report(results: list[Result], args: argparse.Namespace, command: str) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     day = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
@@ -317,6 +348,7 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str) 
             steal = f"{100 * r.extra['steal_share']:.1f}%" if "steal_share" in r.extra else ""
             lines.append(f"| {w} | {r.server} | {r.rps:.0f} | {ratio} | {r.cpu_us_per_request:.1f} | "
                          f"{r.p50_us:.0f} | {r.p99_us:.0f} | {wake} | {steal} | {r.errors} |")
+    lines += quiet_medians(results, args.quiet_steal)
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     stem.with_suffix(".json").write_text(json.dumps(
         {"command": command, "machine": machine(), "date": day,
@@ -335,6 +367,8 @@ def main() -> int:
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--load-cpu", type=int, default=1)
     p.add_argument("--tag", default="servers", help="name part of the results file")
+    p.add_argument("--quiet-steal", type=float, default=0.03,
+                   help="with repeated servers, medians use only runs whose CPU steal share is below this")
     args = p.parse_args()
     if args.setup:
         setup_peers()

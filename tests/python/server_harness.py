@@ -128,3 +128,56 @@ def read_response(f) -> tuple[int, dict[str, str], bytes]:  # type: ignore[no-un
     else:
         body = f.read()
     return status, headers, body
+
+
+class SlowLoad:
+    """Clients that keep sending `GET /slow?delay=...` (20 per connection) while a server drains.
+
+    A response counts as complete when it is a 200 whose body starts with
+    "slow done"; anything else that started is truncated. A request the
+    server never took (the connection closed before a response began) counts
+    as neither. `bodies` holds the complete responses' bodies.
+    """
+
+    def __init__(self, port: int, clients: int = 16, delay: float = 0.02) -> None:
+        import threading
+
+        self.port = port
+        self.request = f"GET /slow?delay={delay} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        self.bodies: list[bytes] = []
+        self.truncated = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._client) for _ in range(clients)]
+
+    def start(self) -> SlowLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self, timeout: float = 30) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout)
+
+    def _client(self) -> None:
+        while not self._stop.is_set():
+            try:
+                s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            except OSError:
+                return  # every listener is closed: the server stopped accepting
+            with s:
+                f = s.makefile("rb")
+                for _ in range(20):
+                    try:
+                        s.sendall(self.request)
+                        status, headers, body = read_response(f)
+                    except (OSError, EOFError, ValueError, IndexError):
+                        break  # closed before a response started: never taken by the server
+                    with self._lock:
+                        if status == 200 and body.startswith(b"slow done"):
+                            self.bodies.append(body)
+                        else:
+                            self.truncated += 1
+                    if headers.get("connection") == "close":
+                        break

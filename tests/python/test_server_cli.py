@@ -7,14 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from server_harness import APPS, ServerProcess, read_response
+from server_harness import APPS, ServerProcess, SlowLoad
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -97,47 +96,17 @@ def test_serve_api(tmp_path: Path) -> None:
 def test_sigterm_under_load_loses_no_accepted_request(tmp_path: Path) -> None:
     stats_file = tmp_path / "stats.json"
     srv = ServerProcess("raw_app:app", "--grace", "10", "--stats-json-on-exit", str(stats_file), tmp=tmp_path).start()
-    complete = 0
-    truncated = 0
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def client() -> None:
-        nonlocal complete, truncated
-        while not stop.is_set():
-            try:
-                s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-            except OSError:
-                return  # the listener is closed: the server stopped accepting
-            with s:
-                f = s.makefile("rb")
-                for _ in range(20):
-                    try:
-                        s.sendall(b"GET /slow?delay=0.02 HTTP/1.1\r\nHost: x\r\n\r\n")
-                        status, headers, body = read_response(f)
-                    except (OSError, EOFError, ValueError, IndexError):
-                        break  # closed before a response started: never taken by the server
-                    with lock:
-                        if status == 200 and body == b"slow done":
-                            complete += 1
-                        else:
-                            truncated += 1
-                    if headers.get("connection") == "close":
-                        break
-
-    threads = [threading.Thread(target=client) for _ in range(16)]
-    for t in threads:
-        t.start()
+    load = SlowLoad(srv.port).start()
     time.sleep(1.0)
     rc = srv.stop(signal.SIGTERM)
-    stop.set()
-    for t in threads:
-        t.join(30)
+    load.stop()
     log = srv.log()
     assert rc == 0, log
     assert "raw_app: lifespan shutdown ran" in log
     stats = json.loads(stats_file.read_text())
-    assert truncated == 0
+    assert load.truncated == 0
+    assert set(load.bodies) == {b"slow done"}
+    complete = len(load.bodies)
     assert complete > 50
     # Every request the server took got its whole response, and the clients read them all.
     assert stats["requests"] == stats["responses"] == complete, (stats, complete)

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server_harness import APPS, ServerProcess, read_response
+from server_harness import APPS, ServerProcess, SlowLoad, read_response
 
 SUBINTERPRETERS = sys.version_info >= (3, 13)
 #: The modes this Python can run; the first is what `--isolation auto` gives a plain app.
@@ -362,51 +362,21 @@ def test_sigterm_under_load_on_two_pairs_loses_no_accepted_request(tmp_path: Pat
     srv = ServerProcess("cores_app:app", "--cores", "2", "--isolation", isolation, "--grace", "10",
                         "--stats-json-on-exit", str(stats_file), tmp=tmp_path,
                         env={"CORES_APP_EVENTS": str(ev)}).start()
-    complete = 0
-    truncated = 0
-    by_pair: dict[str, int] = {}
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def client() -> None:
-        nonlocal complete, truncated
-        while not stop.is_set():
-            try:
-                s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-            except OSError:
-                return  # every listener is closed: the server stopped accepting
-            with s:
-                f = s.makefile("rb")
-                for _ in range(20):
-                    try:
-                        s.sendall(b"GET /slow?delay=0.02 HTTP/1.1\r\nHost: x\r\n\r\n")
-                        status, headers, body = read_response(f)
-                    except (OSError, EOFError, ValueError, IndexError):
-                        break  # closed before a response started: never taken by the server
-                    with lock:
-                        if status == 200 and body.startswith(b"slow done "):
-                            complete += 1
-                            pair = body.split()[2].decode()
-                            by_pair[pair] = by_pair.get(pair, 0) + 1
-                        else:
-                            truncated += 1
-                    if headers.get("connection") == "close":
-                        break
-
-    threads = [threading.Thread(target=client) for _ in range(16)]
-    for t in threads:
-        t.start()
+    load = SlowLoad(srv.port).start()
     time.sleep(1.5)
     started = time.monotonic()
     rc = srv.stop(signal.SIGTERM)
     took = time.monotonic() - started
-    stop.set()
-    for t in threads:
-        t.join(30)
+    load.stop()
     log = srv.log()
     assert rc == 0, log
     assert took < 10, took
-    assert truncated == 0
+    assert load.truncated == 0
+    complete = len(load.bodies)
+    by_pair: dict[str, int] = {}
+    for body in load.bodies:  # "slow done PAIR ..."
+        pair = body.split()[2].decode()
+        by_pair[pair] = by_pair.get(pair, 0) + 1
     assert sorted(by_pair) == ["0", "1"] and min(by_pair.values()) > 10, by_pair
     stats = json.loads(stats_file.read_text())
     assert stats["isolation"] == isolation and stats["cores"] == 2
