@@ -17,4 +17,5 @@ PYBIND11_MODULE(_core, m, pybind11::multiple_interpreters::per_interpreter_gil()
   cadeloop::pyhost::register_config(m);
   cadeloop::pyhost::register_interp(m);
   cadeloop::pyhost::register_stats(m);
+  cadeloop::pyhost::register_log(m);
 }

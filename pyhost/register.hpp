@@ -27,4 +27,7 @@ void register_config(pybind11::module_& m);
 /// The stats endpoint: cadeloop._core.StatsEndpoint.
 void register_stats(pybind11::module_& m);
 
+/// The native server log: cadeloop._core.log, set_log_level and log_level.
+void register_log(pybind11::module_& m);
+
 }  // namespace cadeloop::pyhost

@@ -1,11 +1,11 @@
 #include "cadeloop/runtime/io_thread.hpp"
+#include "cadeloop/runtime/server_log.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <exception>
 #include <system_error>
 #include <utility>
@@ -80,7 +80,7 @@ void io_thread::run() noexcept {
     loop();
   } catch (const std::exception& e) {
     // Only allocation failure gets here; the pair cannot continue in any sound state.
-    std::fprintf(stderr, "cadeloop: I/O thread failed: %s\n", e.what());
+    server_log::write(server_log::log_level::error, "I/O thread failed", e.what());
     std::terminate();
   }
 }

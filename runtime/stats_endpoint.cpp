@@ -6,6 +6,7 @@
 // connection parses one request at a time (message credit 1), reads only
 // when it needs bytes, and is closed on the first error.
 #include "cadeloop/runtime/stats_endpoint.hpp"
+#include "cadeloop/runtime/server_log.hpp"
 
 #include <cadeloop/http/request_parser.hpp>
 #include <cadeloop/net/listener.hpp>
@@ -18,7 +19,6 @@
 
 #include <array>
 #include <chrono>
-#include <cstdio>
 #include <exception>
 #include <thread>
 #include <unordered_set>
@@ -432,7 +432,7 @@ std::unique_ptr<stats_endpoint> stats_endpoint::start(const stats_endpoint_optio
         raw->io.run();
         return;
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "cadeloop: stats endpoint: %s\n", e.what());
+        server_log::write(server_log::log_level::error, "stats endpoint", e.what());
       }
     }
   });

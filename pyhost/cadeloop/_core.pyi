@@ -203,6 +203,18 @@ def flush_access_logs(timeout: float = 5.0) -> bool:
 def check_access_log_format(format: str) -> str:
     """'' if the access-log format is valid, else one line naming the problem."""
 
+# --- the server log (pyhost/bind_log.cpp; runtime/server_log.hpp) ---
+# One process-wide spdlog logger on stderr, shared by every interpreter and native thread.
+
+def log(level: int, message: str) -> None:
+    """Writes 'cadeloop: <message>' to stderr (one write, before returning) when `level`, a logging
+    level number (DEBUG 10 .. CRITICAL 50), is at least log_level(). Releases the GIL while writing."""
+def set_log_level(name: str) -> None:
+    """The least severe level written, for the whole process: debug, info, warning, error or critical
+    (ValueError otherwise). Info until set."""
+def log_level() -> str:
+    """The native server log's level name."""
+
 # --- the settings table (pyhost/bind_config.cpp; config/ in C++) ---
 
 class SettingError(ValueError):

@@ -139,13 +139,20 @@ def pin_sets(n: int) -> list[list[int]]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _pair_logging(index: int) -> None:
-    """Prefixes this interpreter's (or worker's) log lines with its pair."""
-    from .server import _configure_logging
+def _pair_logging(index: int, log_level: str) -> None:
+    """Prefixes this interpreter's (or worker's) log lines with its pair and applies --log-level.
+
+    Before the app is imported, so the pair's first line is filtered and
+    prefixed already. A worker process inherits the supervisor's handler; a
+    sub-interpreter starts with none and gets its own.
+    """
+    from .server import _apply_log_level, _configure_logging, _ServerLogHandler
 
     _configure_logging()
     for handler in logger.handlers:
-        handler.setFormatter(logging.Formatter(f"cadeloop: pair {index}: %(message)s"))
+        if isinstance(handler, _ServerLogHandler):
+            handler.set_prefix(f"pair {index}: ")
+    _apply_log_level(log_level)
 
 
 def _forget_dummy_thread() -> None:
@@ -491,6 +498,7 @@ class _ProcessSupervisor(_Supervisor):
         self.workers[pid] = pair
         self.pids[pair.index] = pid
         pair.mark_started()
+        logger.debug("pair %d started: worker process %d", pair.index, pid)
         if self.stop_level:
             self.stop_pair(pair, self.stop_level)
 
@@ -598,7 +606,7 @@ class _ProcessSupervisor(_Supervisor):
         if self.pins[index]:
             os.sched_setaffinity(0, self.pins[index])
         server._current_pair = index
-        _pair_logging(index)
+        _pair_logging(index, self.config.log_level)
 
         def report(kind: str, text: str) -> None:
             try:
@@ -657,7 +665,7 @@ def _run_interp_pair(argument: str, slot: int) -> tuple[int, str, str]:
     class_name = settings.pop("config_class")
     page_address = settings.pop("stats_page_address")
     server._current_pair = index
-    _pair_logging(index)
+    _pair_logging(index, settings["log_level"])
     config = _make_config(class_name, settings)
     try:
         app = server.load_app(config.app, config.app_dir, config.factory)
@@ -698,6 +706,7 @@ class _InterpSupervisor(_Supervisor):
             "cadeloop._supervisor", "run_interp_pair", json.dumps(settings), self.pins[pair.index], THREAD_GRACE
         )
         pair.mark_started()
+        logger.debug("pair %d started: sub-interpreter thread (slot %d)", pair.index, self.slots[pair.index])
         if self.stop_level:
             _core.interp_request_stop_all(self.stop_level)
 
@@ -793,8 +802,8 @@ def run_pairs(config: Any, app: Any = None) -> dict[str, Any]:
         # A sub-interpreter still runs a thread the app started: ending or finalizing would abort
         # (3.12) or skip its finally blocks (3.13). Leave without finalizing.
         message = supervisor.failure[1] if supervisor.failure else "a core pair did not end"
-        print(f"cadeloop: {message}; {left_alive} interpreter(s) left running, exiting without finalizing",
-              file=sys.stderr, flush=True)
+        sys.stderr.flush()
+        _core.log(logging.ERROR, f"{message}; {left_alive} interpreter(s) left running, exiting without finalizing")
         logging.shutdown()
         sys.stdout.flush()
         os._exit(supervisor.failure[0] if supervisor.failure else 1)

@@ -9,11 +9,12 @@ source is one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import sys
 import traceback
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from . import _core
 
@@ -42,10 +43,28 @@ class _SettingFlag(argparse.Action):
         setattr(namespace, self.dest, flags)
 
 
+def _error(line: str) -> None:
+    """One line for the user, "cadeloop: <line>", through the native server log at error level.
+
+    Error is the most severe --log-level, so the line shows whatever the level.
+    """
+    sys.stderr.flush()  # what Python printed before it (a usage line, a traceback) comes first
+    _core.log(logging.ERROR, line)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its one-line errors ("cadeloop: error: ...", exit 2) through the server log."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        _error(f"error: {message}")
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .config import SETTINGS
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cadeloop",
         allow_abbrev=False,
         description="Serve an ASGI app on core pairs: a native I/O thread and a Python app thread each.",
@@ -86,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(line: str) -> int:
-    print(f"cadeloop: {line}", file=sys.stderr)
+    _error(line)
     return 2
 
 
@@ -124,9 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         return _fail("missing APP, the ASGI app to serve as module:attribute (e.g. cadeloop main:app)")
 
-    from .server import AppLoadError, Server, StartupError, _configure_logging, load_app
+    from .server import AppLoadError, Server, StartupError, _apply_log_level, _configure_logging, load_app
 
     _configure_logging()
+    _apply_log_level(config.log_level)
     # The app is imported and checked before anything binds.
     try:
         app = load_app(config.app, config.app_dir, config.factory)
@@ -134,11 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except Exception:
         traceback.print_exc()
-        print(f"cadeloop: importing {config.app!r} raised the exception above", file=sys.stderr)
+        _error(f"importing {config.app!r} raised the exception above")
         return 1
     try:
         Server(app, config).run()
     except StartupError as exc:
-        print(f"cadeloop: {exc}", file=sys.stderr)
+        _error(str(exc))
         return exc.exit_code
     return 0

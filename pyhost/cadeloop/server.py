@@ -146,6 +146,7 @@ class _Lifespan:
             if not ok:
                 raise StartupError(f"lifespan startup failed: {message}" if message else "lifespan startup failed", 3)
             self.running = True
+            logger.debug("lifespan startup complete")
             return
         exc = self.task.exception()
         self.state = None
@@ -168,6 +169,8 @@ class _Lifespan:
             ok, message = self.shutdown_done.result()
             if not ok:
                 logger.error("lifespan shutdown failed: %s", message)
+            else:
+                logger.debug("lifespan shutdown complete")
         elif self.task.exception() is not None:
             error_logger.error("Exception in ASGI lifespan shutdown", exc_info=self.task.exception())
         if not self.task.done():
@@ -256,7 +259,7 @@ class Server:
         self._stopped: asyncio.Future[None] | None = None
 
     def run(self) -> None:
-        logger.setLevel(self.config.log_level.upper())  # --log-level: debug, info, warning, error
+        _apply_log_level(self.config.log_level)
         if self.config.cores != 1 and self.pair is None:
             from ._supervisor import run_pairs
 
@@ -427,14 +430,58 @@ def run_server(config: Config, app: Any = None) -> dict[str, Any]:
     return run_pairs(config, app)
 
 
+class _ServerLogHandler(logging.Handler):
+    """Hands each record of the `cadeloop` loggers to the native server log (`_core.log`).
+
+    The text is what logging.Formatter("%(message)s") makes of the record
+    (the traceback appended when exc_info is set); the native log adds the
+    "cadeloop: " prefix and writes it to stderr with one write, in order with
+    the messages written from C++. `prefix` goes before the message ("pair
+    N: " in a pair's interpreter or worker).
+    """
+
+    def __init__(self, prefix: str = "") -> None:
+        super().__init__()
+        self.set_prefix(prefix)
+
+    def set_prefix(self, prefix: str) -> None:
+        self.setFormatter(logging.Formatter(prefix.replace("%", "%%") + "%(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+            # What Python still buffers for stderr (a partial line) goes first.
+            if sys.stderr is not None:
+                sys.stderr.flush()
+            _core.log(record.levelno, text)
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+
 def _configure_logging() -> None:
+    """Sends the `cadeloop` and `cadeloop.error` loggers to the native server log, at info.
+
+    Left alone when the embedding program configured logging itself (a
+    handler on `cadeloop` or on the root logger): records then go there.
+    """
     if logger.handlers or logging.getLogger().handlers:
         return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("cadeloop: %(message)s"))
-    logger.addHandler(handler)
+    logger.addHandler(_ServerLogHandler())
     logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+def _apply_log_level(name: str) -> None:
+    """--log-level (debug, info, warning, error) for this interpreter and the process.
+
+    The Python logger's level, so a record below it is never formatted, and
+    the native log's (process-wide), which also filters what C++ writes.
+    Every interpreter sets its own logger; each pair sets both again.
+    """
+    logger.setLevel(name.upper())
+    _core.set_log_level(name)
 
 
 def serve(app: Any, host: str | None = None, port: int | None = None, **settings: Any) -> dict[str, Any]:
