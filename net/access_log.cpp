@@ -362,8 +362,11 @@ class line_sink final : public spdlog::sinks::base_sink<std::mutex> {
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
-    std::fwrite(msg.payload.data(), 1, msg.payload.size(), file_);
-    std::fputc('\n', file_);
+    // One fwrite for the batch and its last '\n': on unbuffered stderr that is
+    // one write(2), so a server-log line never lands between the two.
+    out_.assign(msg.payload.data(), msg.payload.size());
+    out_ += '\n';
+    std::fwrite(out_.data(), 1, out_.size(), file_);
     if (queued.load(std::memory_order_relaxed) <= 1) {
       std::fflush(file_);
     }
@@ -379,6 +382,7 @@ class line_sink final : public spdlog::sinks::base_sink<std::mutex> {
   std::FILE* file_;
   bool owned_;
   std::atomic<std::int64_t>& process_queued_;
+  std::string out_;  // the batch being written (the sink's mutex guards it)
 };
 
 }  // namespace
