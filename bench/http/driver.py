@@ -10,6 +10,8 @@ and after each measured run, so CPU per request covers every thread and worker.
     python bench/http/driver.py --setup            # make the peers' venvs (build/bench-peers/)
     python bench/http/driver.py                    # run every workload on every server
     python bench/http/driver.py --servers uvicorn,granian --workloads plaintext --duration 5
+    python bench/http/driver.py --servers cadeloop,cadeloop-log --workloads plaintext --rounds 12 --duration 3
+                                                   # all servers up at once, measured in turn: paired ratios
 
 Writes a Markdown table and the raw figures to bench/results/.
 """
@@ -242,47 +244,99 @@ def pair_stats(server: Server, pid: int) -> dict:
     return {}
 
 
-def measure(server: Server, workloads: list[Workload], args: argparse.Namespace) -> list[Result]:
-    results = []
+def start_server(server: Server, port: int, args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+    """Starts `server` on the server CPU; returns the process and "" or why it did not start."""
     env = dict(os.environ, PYTHONPATH=str(HERE))
     proc = subprocess.Popen(["taskset", "-c", str(args.server_cpu), *server.argv], cwd=HERE, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    if wait_port(port, proc):
+        return proc, ""
+    err = proc.stderr.read().decode(errors="replace")[-400:] if proc.poll() is not None else "no answer"
+    stop_server(proc)
+    return proc, f"did not start: {err.strip()}"
+
+
+def stop_server(proc: subprocess.Popen) -> None:
     try:
-        if not wait_port(args.port, proc):
-            err = proc.stderr.read().decode(errors="replace")[-400:] if proc.poll() is not None else "no answer"
-            return [Result(server.name, w.name, errors=f"did not start: {err.strip()}") for w in workloads]
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def one_run(server: Server, proc: subprocess.Popen, port: int, w: Workload, args: argparse.Namespace) -> Result:
+    """One measured wrk run against a started server, with its CPU time, steal and counters."""
+    stats_before = pair_stats(server, proc.pid)
+    before = cpu_seconds(proc.pid)
+    steal_before = steal_seconds(args.server_cpu)
+    load_steal_before = steal_seconds(args.load_cpu)
+    figures, errors = run_wrk(port, w, args.duration, args.load_cpu)
+    after = cpu_seconds(proc.pid)
+    steal = steal_seconds(args.server_cpu) - steal_before
+    load_steal = steal_seconds(args.load_cpu) - load_steal_before
+    stats_after = pair_stats(server, proc.pid)
+    extra = {"steal_share": steal / args.duration, "load_steal_share": load_steal / args.duration}
+    if stats_before and stats_after:
+        d = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after if isinstance(stats_after[k], int)}
+        reqs = max(d.get("requests", 0), 1)
+        extra |= {"wakeups_per_request": (d.get("wakeups_to_app", 0) + d.get("wakeups_to_io", 0)) / reqs,
+                  "wakeups_to_app_per_request": d.get("wakeups_to_app", 0) / reqs,
+                  "wakeups_to_io_per_request": d.get("wakeups_to_io", 0) / reqs,
+                  "eager_completed_share": d.get("eager_completed", 0) / reqs}
+    r = Result(server.name, w.name, rps=figures.get("rps", 0.0), requests=figures.get("requests", 0),
+               p50_us=figures.get("p50", float("nan")), p99_us=figures.get("p99", float("nan")),
+               cpu_s=after - before, errors=errors, extra=extra)
+    wake = f"  wake-ups/req {extra['wakeups_per_request']:.3f}" if "wakeups_per_request" in extra else ""
+    wake += f"  steal {100 * extra['steal_share']:.1f}% (wrk's CPU {100 * extra['load_steal_share']:.1f}%)"
+    print(f"  {server.name:28} {w.name:32} {r.rps:10.0f} req/s "
+          f"{r.cpu_us_per_request:7.1f} us CPU/req  p50 {r.p50_us:8.0f} us{wake}  {errors}", flush=True)
+    return r
+
+
+def measure(server: Server, workloads: list[Workload], args: argparse.Namespace) -> list[Result]:
+    proc, error = start_server(server, args.port, args)
+    if error:
+        return [Result(server.name, w.name, errors=error) for w in workloads]
+    results = []
+    try:
         for w in workloads:
             run_wrk(args.port, w, args.warmup, args.load_cpu)  # warm-up, not counted
-            stats_before = pair_stats(server, proc.pid)
-            before = cpu_seconds(proc.pid)
-            steal_before = steal_seconds(args.server_cpu)
-            figures, errors = run_wrk(args.port, w, args.duration, args.load_cpu)
-            after = cpu_seconds(proc.pid)
-            steal = steal_seconds(args.server_cpu) - steal_before
-            stats_after = pair_stats(server, proc.pid)
-            extra = {"steal_share": steal / args.duration}
-            if stats_before and stats_after:
-                d = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after if isinstance(stats_after[k], int)}
-                reqs = max(d.get("requests", 0), 1)
-                extra |= {"wakeups_per_request": (d.get("wakeups_to_app", 0) + d.get("wakeups_to_io", 0)) / reqs,
-                         "wakeups_to_app_per_request": d.get("wakeups_to_app", 0) / reqs,
-                         "wakeups_to_io_per_request": d.get("wakeups_to_io", 0) / reqs,
-                         "eager_completed_share": d.get("eager_completed", 0) / reqs}
-            results.append(Result(server.name, w.name, rps=figures.get("rps", 0.0),
-                                  requests=figures.get("requests", 0), p50_us=figures.get("p50", float("nan")),
-                                  p99_us=figures.get("p99", float("nan")), cpu_s=after - before, errors=errors,
-                                  extra=extra))
-            wake = f"  wake-ups/req {extra['wakeups_per_request']:.3f}" if "wakeups_per_request" in extra else ""
-            wake += f"  steal {100 * extra['steal_share']:.1f}%"
-            print(f"  {server.name:28} {w.name:32} {results[-1].rps:10.0f} req/s "
-                  f"{results[-1].cpu_us_per_request:7.1f} us CPU/req  p50 {results[-1].p50_us:8.0f} us{wake}  {errors}")
+            results.append(one_run(server, proc, args.port, w, args))
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_server(proc)
+    return results
+
+
+def measure_interleaved(keys: list[str], workloads: list[Workload], args: argparse.Namespace) -> list[Result]:
+    """Every server started at once (port, port+1, ...; an idle one costs no CPU), then `--rounds`
+    rounds of one run each, in turn, so each server's runs sit between the others' and the host's
+    drift falls on all of them alike. Each run's `round` is kept for paired ratios."""
+    started: list[tuple[Server, subprocess.Popen, int]] = []
+    results: list[Result] = []
+    try:
+        for i, key in enumerate(keys):
+            port = args.port + i
+            server = servers(port)[key]
+            proc, error = start_server(server, port, args)
+            if error:
+                print(f"driver: {key}: {error}", file=sys.stderr)
+                return [Result(server.name, w.name, errors=error) for w in workloads]
+            started.append((server, proc, port))
+        for w in workloads:
+            for server, proc, port in started:
+                run_wrk(port, w, args.warmup, args.load_cpu)  # warm-up, not counted
+            for rnd in range(args.rounds):
+                for server, proc, port in started:
+                    r = one_run(server, proc, port, w, args)
+                    r.extra["round"] = rnd
+                    results.append(r)
+    finally:
+        for _, proc, _ in started:
+            stop_server(proc)
     return results
 
 
@@ -301,7 +355,7 @@ def quiet_medians(results: list[Result], max_steal: float) -> list[str]:
         groups.setdefault((r.workload, r.server), []).append(r)
     if all(len(g) < 2 for g in groups.values()):
         return []
-    lines = ["", f"Medians over the runs with steal under {100 * max_steal:.0f} % "
+    lines = ["", f"Medians over the runs with steal under {100 * max_steal:.0f} % on both CPUs "
              "(runs kept / runs; ratios against the first server of the workload):", "",
              "| workload | server | runs | req/s | req/s ratio | CPU µs/request | CPU ratio |",
              "|---|---|---:|---:|---:|---:|---:|"]
@@ -310,7 +364,8 @@ def quiet_medians(results: list[Result], max_steal: float) -> list[str]:
         for (workload, server), runs in groups.items():
             if workload != w:
                 continue
-            quiet = [r for r in runs if r.rps and r.extra.get("steal_share", 0.0) < max_steal]
+            quiet = [r for r in runs if r.rps and max(r.extra.get("steal_share", 0.0),
+                                                      r.extra.get("load_steal_share", 0.0)) < max_steal]
             if not quiet:
                 lines.append(f"| {w} | {server} | 0 / {len(runs)} | | | | |")
                 continue
@@ -319,6 +374,40 @@ def quiet_medians(results: list[Result], max_steal: float) -> list[str]:
             base = base or (rps, cpu)
             lines.append(f"| {w} | {server} | {len(quiet)} / {len(runs)} | {rps:.0f} | {rps / base[0]:.3f} | "
                          f"{cpu:.2f} | {cpu / base[1]:.3f} |")
+    lines += paired_ratios(results, max_steal)
+    return lines
+
+
+def paired_ratios(results: list[Result], max_steal: float) -> list[str]:
+    """With --rounds: each server against the first within the same round (runs seconds apart),
+    over the rounds where both runs were quiet; the median and the spread of those ratios."""
+    rounds: dict[tuple[str, int], list[Result]] = {}
+    for r in results:
+        if "round" in r.extra:
+            rounds.setdefault((r.workload, r.extra["round"]), []).append(r)
+    if not rounds:
+        return []
+    lines = ["", "Paired by round (each run against the first server's run of the same round, both quiet):", "",
+             "| workload | server | rounds | req/s ratio, median (min–max) | CPU/request ratio, median (min–max) |",
+             "|---|---|---:|---:|---:|"]
+
+    def quiet(r: Result) -> bool:
+        return bool(r.rps) and max(r.extra.get("steal_share", 0.0), r.extra.get("load_steal_share", 0.0)) < max_steal
+
+    for w in dict.fromkeys(r.workload for r in results):
+        names = list(dict.fromkeys(r.server for r in results if r.workload == w))
+        for name in names[1:]:
+            rps, cpu = [], []
+            for (workload, _), runs in rounds.items():
+                first = next((r for r in runs if r.server == names[0]), None)
+                other = next((r for r in runs if r.server == name), None)
+                if workload == w and first and other and quiet(first) and quiet(other):
+                    rps.append(other.rps / first.rps)
+                    cpu.append(other.cpu_us_per_request / first.cpu_us_per_request)
+            if rps:
+                lines.append(f"| {w} | {name} vs {names[0]} | {len(rps)} | {statistics.median(rps):.3f} "
+                             f"({min(rps):.3f}–{max(rps):.3f}) | {statistics.median(cpu):.3f} "
+                             f"({min(cpu):.3f}–{max(cpu):.3f}) |")
     return lines
 
 
@@ -335,7 +424,7 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str) 
         "- CPU/request: utime+stime of the server's whole process tree from /proc/PID/stat over the measured run,"
         " divided by the requests wrk completed",
         "- steal: share of the measured run during which the hypervisor ran something else on the server's CPU"
-        " (/proc/stat); a run with steal measured the host, not the server", "",
+        " / on wrk's CPU (/proc/stat); a run with steal measured the host, not the server", "",
         "| workload | server | req/s | ratio to uvicorn | CPU µs/request | p50 µs | p99 µs | wake-ups/req | steal | errors |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -346,6 +435,8 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str) 
             ratio = f"{r.rps / base:.2f}" if base and r.rps else ""
             wake = f"{r.extra['wakeups_per_request']:.3f}" if "wakeups_per_request" in r.extra else ""
             steal = f"{100 * r.extra['steal_share']:.1f}%" if "steal_share" in r.extra else ""
+            if "load_steal_share" in r.extra:
+                steal += f" / {100 * r.extra['load_steal_share']:.1f}%"
             lines.append(f"| {w} | {r.server} | {r.rps:.0f} | {ratio} | {r.cpu_us_per_request:.1f} | "
                          f"{r.p50_us:.0f} | {r.p99_us:.0f} | {wake} | {steal} | {r.errors} |")
     lines += quiet_medians(results, args.quiet_steal)
@@ -367,6 +458,8 @@ def main() -> int:
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--load-cpu", type=int, default=1)
     p.add_argument("--tag", default="servers", help="name part of the results file")
+    p.add_argument("--rounds", type=int, default=0,
+                   help="start every server at once and measure them in turn this many times (paired ratios)")
     p.add_argument("--quiet-steal", type=float, default=0.03,
                    help="with repeated servers, medians use only runs whose CPU steal share is below this")
     args = p.parse_args()
@@ -383,6 +476,16 @@ def main() -> int:
         return 2
     workloads = [WORKLOADS[w] for w in args.workloads.split(",")]
     results: list[Result] = []
+    if args.rounds:
+        keys = list(dict.fromkeys(args.servers.split(",")))
+        missing = [k for k in keys if not table[k].available]
+        if missing:
+            print(f"driver: {missing} not set up; run --setup", file=sys.stderr)
+            return 2
+        results = measure_interleaved(keys, workloads, args)
+        command = "python bench/http/driver.py " + " ".join(sys.argv[1:])
+        print(f"written: {write_report(results, args, command.strip())}")
+        return 0
     for key in args.servers.split(","):
         server = table[key]
         if not server.available:
