@@ -7,10 +7,12 @@
 #include <spdlog/details/thread_pool.h>
 #include <spdlog/sinks/base_sink.h>
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -424,17 +426,43 @@ class access_log::writer {
 
 namespace {
 
-// The process's one spdlog thread pool and one writer per destination.
-// Created on first use (thread-safe) and kept until the process exits; the
-// pool's destructor, at exit, writes what is still queued.
+// How long a line may wait in an I/O thread's batch before the collector
+// queues it: lines of a busy server go to the log thread in batches (the I/O
+// threads never wake it for fewer than 64 KiB), an idle server's within this.
+constexpr std::chrono::milliseconds collect_interval{50};
+
+// The process's one spdlog thread pool, one writer per destination, and the
+// collector: a thread that, once a line is waiting, sleeps collect_interval
+// and then queues every access log's batch. It sleeps without a timeout while
+// no line waits, so an idle process has no wake-ups. Created on first use
+// (thread-safe) and kept until the process exits; at exit the collector
+// queues what is left and the pool's destructor writes it.
 class log_backend {
  public:
-  log_backend() = default;
+  log_backend() {
+    // fork() while the collector holds mu_ would leave the child's copy
+    // locked for good: fork waits for it instead (a forked worker opens its
+    // own logs).
+    ::pthread_atfork([] { backend_for_fork().mu_.lock(); }, [] { backend_for_fork().mu_.unlock(); },
+                     [] { backend_for_fork().mu_.unlock(); });
+  }
   log_backend(const log_backend&) = delete;
   log_backend& operator=(const log_backend&) = delete;
   ~log_backend() {
     if (pid_ != ::getpid()) {
+      std::lock_guard lock{mu_};
       forget_inherited();
+      return;
+    }
+    stop_collector();
+    hand_over_all();
+  }
+
+  // An I/O thread added a line to its batch: wakes the collector unless it
+  // is already on its way. One relaxed load per line while it is.
+  void note_pending() noexcept {
+    if (!armed_.load(std::memory_order_relaxed) && !armed_.exchange(true, std::memory_order_acq_rel)) {
+      armed_.notify_one();
     }
   }
 
@@ -455,6 +483,7 @@ class log_backend {
       const std::size_t lines = std::max<std::size_t>(o.queue_lines, queue_margin * 2);
       pool_ = std::make_shared<spdlog::details::thread_pool>(lines, 1);
       limit_ = static_cast<std::int64_t>(lines - queue_margin);
+      collector_ = std::thread{[this] { collect(); }};
     }
     std::FILE* file = stderr;
     if (!key.empty()) {
@@ -496,6 +525,8 @@ class log_backend {
     }
   }
 
+  static log_backend& backend_for_fork();
+
   bool wait_idle(std::chrono::milliseconds timeout) const {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (queued_.load(std::memory_order_acquire) > 0) {
@@ -508,16 +539,52 @@ class log_backend {
   }
 
  private:
-  // Leaks what a forked child inherited: destroying the pool would join a
-  // thread that exists only in the parent.
+  // The collector thread.
+  void collect() {
+    for (;;) {
+      armed_.wait(false, std::memory_order_acquire);
+      {
+        std::unique_lock lock{stop_mu_};
+        if (stop_cv_.wait_for(lock, collect_interval, [this] { return stopping_; })) {
+          return;
+        }
+      }
+      // Before taking the batches: a line added after this is taken now or
+      // arms the next round, never left behind.
+      armed_.store(false, std::memory_order_seq_cst);
+      hand_over_all();
+    }
+  }
+
+  void stop_collector() {
+    if (!collector_.joinable()) {
+      return;
+    }
+    {
+      std::lock_guard lock{stop_mu_};
+      stopping_ = true;
+    }
+    stop_cv_.notify_all();
+    armed_.store(true, std::memory_order_release);
+    armed_.notify_all();
+    collector_.join();
+  }
+
+  // Leaks what a forked child inherited: destroying the pool, or the
+  // collector's handle, would join a thread that exists only in the parent.
+  // mu_ held.
   void forget_inherited() {
     if (pool_) {
       (void)new std::shared_ptr<spdlog::details::thread_pool>(std::move(pool_));
+    }
+    if (collector_.joinable()) {
+      (void)new std::thread(std::move(collector_));
     }
     pool_.reset();
     writers_.clear();
     logs_.clear();
     queued_.store(0, std::memory_order_relaxed);
+    armed_.store(false, std::memory_order_relaxed);
   }
 
   std::mutex mu_;
@@ -526,6 +593,11 @@ class log_backend {
   std::int64_t limit_ = 0;
   std::map<std::string, std::weak_ptr<access_log::writer>> writers_;
   std::vector<access_log*> logs_;  // every live access_log of this process
+  std::atomic<bool> armed_{false};  // a line waits for the collector (which is awake or about to be)
+  std::thread collector_;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;  // stop_mu_
   std::atomic<std::int64_t> queued_{0};
 };
 
@@ -533,6 +605,8 @@ log_backend& backend() {
   static log_backend b;
   return b;
 }
+
+log_backend& log_backend::backend_for_fork() { return backend(); }
 
 }  // namespace
 
@@ -754,7 +828,16 @@ std::size_t access_log::write(std::string_view captured, std::string_view client
   }
   batch_ += out;
   ++batch_lines_;
-  return batch_.size() >= max_batch_bytes ? hand_over_locked() : 0;
+  // Lines the collector found no room for are reported with the next line.
+  std::size_t dropped = 0;
+  if (dropped_elsewhere_.load(std::memory_order_relaxed) != 0) {
+    dropped = dropped_elsewhere_.exchange(0, std::memory_order_relaxed);
+  }
+  if (batch_.size() >= max_batch_bytes) {
+    return dropped + hand_over_locked();
+  }
+  backend().note_pending();
+  return dropped;
 }
 
 }  // namespace cadeloop::net

@@ -323,15 +323,6 @@ class http_server::impl {
 
   // ------------------------------------------------------------ writes
 
-  // Hands the gathered access-log lines to the log thread as one queue entry.
-  void flush_log() {
-    if (log_ != nullptr) {
-      if (const std::size_t dropped = log_->flush(); dropped != 0) {
-        ctr_.access_log_dropped.add(dropped);
-      }
-    }
-  }
-
   void flush_writes() {
     if (dirty_.empty()) {
       return;
@@ -1265,8 +1256,6 @@ void http_server::recycle_head(connection_id conn, std::unique_ptr<http::request
 }
 
 void http_server::flush_writes() { impl_->flush_writes(); }
-
-void http_server::flush_log() { impl_->flush_log(); }
 
 void http_server::begin_drain() { impl_->begin_drain(); }
 

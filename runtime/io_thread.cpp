@@ -144,7 +144,6 @@ void io_thread::loop() {
 
 void io_thread::park() {
   io_loop_counters& ctr = ch_.page.io_loop;
-  server_->flush_log();
   if (options_.spin.count() > 0) {
     ctr.spins.add();
     const auto until = clock_type::now() + options_.spin;

@@ -424,8 +424,8 @@ TEST_F(access_log_pair, TemplateFieldsHeadersAndEscaping) {
   EXPECT_NE(line.find(R"(ms a\x22b\x09c - {pair 3})"), std::string::npos) << line;
 }
 
-// An idle pair's lines reach the file without anyone asking: the I/O
-// thread hands its batch to the log thread when it is about to sleep.
+// A pair's lines reach the file without anyone asking: the collector takes
+// the I/O thread's batch within 50 ms of its first line.
 TEST_F(access_log_pair, LinesAreWrittenWhenThePairGoesIdle) {
   path = temp_path("access-idle.log");
   opt.server.access_log.file = path;
@@ -438,9 +438,9 @@ TEST_F(access_log_pair, LinesAreWrittenWhenThePairGoesIdle) {
   EXPECT_NE(read_lines(path)[0].find("\"GET /idle\" 200 "), std::string::npos);
 }
 
-// flush_access_logs() also takes what a busy I/O thread has not handed
-// over yet (it hands over only at 64 KiB or before sleeping): here a log
-// written to and never flushed by its own thread.
+// flush_access_logs() also takes what an I/O thread has not handed over yet
+// (it hands over only at 64 KiB; the collector after 50 ms): here a log
+// written to and never flushed by its own thread, flushed at once.
 TEST(access_log_flush, TakesTheBatchOfALogThatNeverFlushed) {
   const std::string path = temp_path("access-batch.log");
   access_log_options o;
@@ -460,7 +460,6 @@ TEST(access_log_flush, TakesTheBatchOfALogThatNeverFlushed) {
     }
   }};
   ASSERT_TRUE(eventually([&] { return written.load(); }, 10s));
-  EXPECT_TRUE(read_lines(path).empty());
   ASSERT_TRUE(flush_access_logs(10s));
   const std::vector<std::string> lines = read_lines(path);
   done = true;

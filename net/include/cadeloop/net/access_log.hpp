@@ -86,18 +86,19 @@ class access_log {
   void capture(const http::request_head& head, std::string& out) const;
 
   /// Formats one line from what `capture` kept ("" for a request the I/O
-  /// thread answered itself) and adds it to the batch (see flush()). Returns
-  /// how many lines were dropped because the queue was full (only when a
-  /// batch grew past 64 KiB and had to be queued at once). `client_text` is
-  /// the client's `socket_address::to_string()`. I/O thread.
+  /// thread answered itself) and adds it to the batch. The batch goes to the
+  /// log thread as one queue entry when it passes 64 KiB (here), or when the
+  /// process's collector thread takes it: within 50 ms of its first line, so
+  /// a busy I/O thread never wakes the log thread for a few lines and an
+  /// idle one has nothing to do. Returns how many lines were dropped because
+  /// the queue was full (a big batch queued here, or batches the collector
+  /// queued since the last call). `client_text` is the client's
+  /// `socket_address::to_string()`. I/O thread.
   std::size_t write(std::string_view captured, std::string_view client_text, unsigned status,
                     std::uint64_t bytes, std::uint64_t duration_us);
-  /// Queues the lines write() gathered since the last hand-over as one entry
-  /// of the async queue: one queue operation and at most one wake-up of the
-  /// log thread per batch, not per line. The I/O thread calls it when it is
-  /// about to sleep (an idle server's lines are written at once; a busy one
-  /// hands over a batch each time it passes 64 KiB). Returns how many lines
-  /// were dropped because the queue was full, including those dropped when
+  /// Queues the lines write() gathered since the last hand-over now, as one
+  /// entry of the async queue. Returns how many lines were dropped because
+  /// the queue was full, including those dropped when the collector or
   /// flush_access_logs() took the batch on another thread. I/O thread; the
   /// destructor flushes too.
   std::size_t flush();
@@ -105,7 +106,8 @@ class access_log {
   class format;
   class writer;
 
-  /// flush_access_logs(): queues the batch from another thread. Any thread.
+  /// The collector and flush_access_logs(): queues the batch from another
+  /// thread. Any thread.
   void hand_over_elsewhere();
 
  private:
@@ -115,8 +117,8 @@ class access_log {
   std::shared_ptr<writer> writer_;
   std::uint32_t pair_;
   std::string line_;
-  // The batch: written by the I/O thread, taken by flush() on it or by
-  // flush_access_logs() on any thread. Uncontended but for those calls.
+  // The batch: written by the I/O thread, taken by it (64 KiB), by the
+  // collector or by flush_access_logs(). Uncontended but for those calls.
   std::mutex mu_;
   std::string batch_;  // lines not yet queued, '\n'-separated
   std::size_t batch_lines_ = 0;

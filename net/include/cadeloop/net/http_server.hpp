@@ -151,11 +151,6 @@ class http_server {
   /// call per connection per call; what the socket does not take waits for
   /// writability. I/O thread.
   void flush_writes();
-  /// Hands the access-log lines gathered so far to the log thread (they are
-  /// also handed over whenever a batch grows past 64 KiB). Call before the
-  /// I/O thread sleeps, so an idle server's lines are written at once, and
-  /// a busy one wakes the log thread once per batch, not per pass. I/O thread.
-  void flush_log();
 
   /// Starts the graceful stop: closes the listeners, closes idle connections,
   /// marks every later head `server_closing` and closes each connection after
