@@ -81,6 +81,21 @@ class ServerProcess:
         return 0
 
 
+def wait_listening(proc: subprocess.Popen, log: Path, timeout: float = 20.0) -> int:  # type: ignore[type-arg]
+    """The port a server started some other way (serve() under `python -c`) says it listens on.
+
+    Polls `log`, where the process writes its stderr, for the "listening on" line; fails with the
+    log if the process exits or the line does not come within `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+        m = LISTENING.search(log.read_text())
+        if m:
+            return int(m.group(1))
+        time.sleep(0.02)
+
+
 def raw_exchange(port: int, data: bytes, timeout: float = 5.0, shut: bool = False) -> bytes:
     """Sends `data` on a fresh connection and reads until the server closes it (or the timeout)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from server_harness import APPS, ServerProcess, read_response
+from server_harness import APPS, ServerProcess, read_response, wait_listening
 
 import cadeloop
 from cadeloop import config as cfg
@@ -171,14 +171,7 @@ def test_precedence_on_the_wire_serve_arguments_win(tmp_path: Path) -> None:
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
-            deadline = time.monotonic() + 20
-            port = 0
-            while not port:
-                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
-                text = log.read_text()
-                if "listening on http://127.0.0.1:" in text:
-                    port = int(text.split("listening on http://127.0.0.1:")[1].split()[0])
-                time.sleep(0.02)
+            port = wait_listening(proc, log)
             assert body_limit(port) == 40
         finally:
             proc.send_signal(signal.SIGINT)

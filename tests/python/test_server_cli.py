@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server_harness import APPS, ServerProcess, SlowLoad
+from server_harness import APPS, ServerProcess, SlowLoad, wait_listening
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -79,14 +79,7 @@ def test_serve_api(tmp_path: Path) -> None:
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 20
-            port = 0
-            while not port:
-                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
-                text = log.read_text()
-                if "listening on http://127.0.0.1:" in text:
-                    port = int(text.split("listening on http://127.0.0.1:")[1].split()[0])
-                time.sleep(0.02)
+            port = wait_listening(proc, log)
             assert httpx.get(f"http://127.0.0.1:{port}/hello").text == "Hello, World!"
         finally:
             proc.send_signal(signal.SIGINT)

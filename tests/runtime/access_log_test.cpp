@@ -4,6 +4,8 @@
 // and counts lines instead of blocking.
 
 #include "fake_app.hpp"
+#include "pair_fixture.hpp"
+#include "test_json.hpp"
 #include "test_client.hpp"
 
 #include <cadeloop/net/access_log.hpp>
@@ -35,13 +37,11 @@ using cadeloop::net::access_log;
 using cadeloop::net::access_log_options;
 using cadeloop::net::check_access_log_format;
 using cadeloop::net::flush_access_logs;
-using cadeloop::net::listen_spec;
-using cadeloop::runtime::core_pair;
-using cadeloop::runtime::core_pair_options;
-using cadeloop::test::fake_app;
 using cadeloop::test::http_response;
 using cadeloop::test::eventually;
 using cadeloop::test::test_client;
+using cadeloop::test::json;
+using cadeloop::test::try_parse_json;
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in{path};
@@ -61,209 +61,23 @@ std::string temp_path(const char* name) {
   return p;
 }
 
-// ---------------------------------------------------------------- a small JSON reader (test only)
-
-struct json {
-  enum class kind { null, number, string, object, boolean } type = kind::null;
-  double number = 0;
-  std::string text;
-  std::vector<std::string> keys;  // object members: keys[i] -> values[i]
-  std::vector<json> values;
-
-  [[nodiscard]] const json* get(const std::string& key) const {
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (keys[i] == key) {
-        return &values[i];
-      }
-    }
-    return nullptr;
-  }
-};
-
-class json_reader {
- public:
-  explicit json_reader(std::string_view s) : s_{s} {}
-
-  // The whole input as one value, or nullopt if it is not valid JSON (of the
-  // kinds the log writes) or has trailing bytes.
-  std::optional<json> document() {
-    std::optional<json> v = value();
-    if (!v || pos_ != s_.size()) {
-      return std::nullopt;
-    }
-    return v;
-  }
-
- private:
-  std::optional<json> value() {
-    if (pos_ >= s_.size()) {
-      return std::nullopt;
-    }
-    const char c = s_[pos_];
-    json v;
-    if (c == '{') {
-      v.type = json::kind::object;
-      ++pos_;
-      if (peek('}')) {
-        ++pos_;
-        return v;
-      }
-      for (;;) {
-        std::optional<std::string> k = string();
-        if (!k || !peek(':')) {
-          return std::nullopt;
-        }
-        ++pos_;
-        std::optional<json> m = value();
-        if (!m) {
-          return std::nullopt;
-        }
-        v.keys.push_back(std::move(*k));
-        v.values.push_back(std::move(*m));
-        if (peek(',')) {
-          ++pos_;
-          continue;
-        }
-        if (peek('}')) {
-          ++pos_;
-          return v;
-        }
-        return std::nullopt;
-      }
-    }
-    if (c == '"') {
-      std::optional<std::string> t = string();
-      if (!t) {
-        return std::nullopt;
-      }
-      v.type = json::kind::string;
-      v.text = std::move(*t);
-      return v;
-    }
-    if (s_.substr(pos_, 4) == "null") {
-      pos_ += 4;
-      return v;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      const std::size_t start = pos_;
-      while (pos_ < s_.size() &&
-             (s_[pos_] == '-' || s_[pos_] == '.' || (s_[pos_] >= '0' && s_[pos_] <= '9'))) {
-        ++pos_;
-      }
-      v.type = json::kind::number;
-      v.number = std::stod(std::string{s_.substr(start, pos_ - start)});
-      return v;
-    }
-    return std::nullopt;
-  }
-
-  std::optional<std::string> string() {
-    if (!peek('"')) {
-      return std::nullopt;
-    }
-    ++pos_;
-    std::string out;
-    while (pos_ < s_.size()) {
-      const auto c = static_cast<unsigned char>(s_[pos_++]);
-      if (c == '"') {
-        return out;
-      }
-      if (c < 0x20) {
-        return std::nullopt;  // raw control characters are not allowed in JSON strings
-      }
-      if (c != '\\') {
-        out += static_cast<char>(c);
-        continue;
-      }
-      if (pos_ >= s_.size()) {
-        return std::nullopt;
-      }
-      const char e = s_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out += e;
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'u': {
-          if (pos_ + 4 > s_.size()) {
-            return std::nullopt;
-          }
-          const unsigned long cp = std::stoul(std::string{s_.substr(pos_, 4)}, nullptr, 16);
-          pos_ += 4;
-          if (cp < 0x80) {
-            out += static_cast<char>(cp);
-          } else {
-            out += static_cast<char>(0xc0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3f));
-          }
-          break;
-        }
-        default:
-          return std::nullopt;
-      }
-    }
-    return std::nullopt;
-  }
-
-  bool peek(char c) const { return pos_ < s_.size() && s_[pos_] == c; }
-
-  std::string_view s_;
-  std::size_t pos_ = 0;
-};
-
 // ---------------------------------------------------------------- a pair with a log
 
-class access_log_pair : public ::testing::Test {
+class access_log_pair : public cadeloop::test::pair_fixture {
  protected:
   void SetUp() override {
-    opt.listen = listen_spec::tcp("127.0.0.1", 0);
-    opt.grace = 1s;
+    pair_fixture::SetUp();
     opt.index = 3;
     opt.server.access_log.enabled = true;
   }
 
-  void start() {
-    pair = std::make_unique<core_pair>(opt);
-    ASSERT_EQ(pair->start(), "");
-    app = std::make_unique<fake_app>(pair->app());
-    app->start();
-  }
-
   void TearDown() override {
-    if (pair) {
-      pair->stop();
-    }
-    if (app) {
-      app->stop();
-    }
-    app.reset();
-    pair.reset();
+    pair_fixture::TearDown();
     if (!path.empty()) {
       std::remove(path.c_str());
     }
   }
 
-  test_client client() const { return test_client::tcp(pair->local_address().port); }
-
-  core_pair_options opt;
-  std::unique_ptr<core_pair> pair;
-  std::unique_ptr<fake_app> app;
   std::string path;
 };
 
@@ -315,9 +129,9 @@ TEST_F(access_log_pair, TenThousandRequestsGiveTenThousandJsonLines) {
   ASSERT_EQ(lines.size(), static_cast<std::size_t>(total));
   std::vector<int> seen(static_cast<std::size_t>(total), 0);
   for (const std::string& line : lines) {
-    const std::optional<json> doc = json_reader{line}.document();
+    const std::optional<json> doc = try_parse_json(line);
     ASSERT_TRUE(doc) << "not one JSON object: " << line;
-    ASSERT_EQ(doc->type, json::kind::object);
+    ASSERT_TRUE(doc->is_object());
     const json* status = doc->get("status");
     const json* method = doc->get("method");
     const json* p = doc->get("path");
@@ -331,25 +145,25 @@ TEST_F(access_log_pair, TenThousandRequestsGiveTenThousandJsonLines) {
     ASSERT_TRUE(status && method && p && query && pair_index && duration && bytes && client_addr &&
                 time && headers)
         << line;
-    EXPECT_EQ(status->number, 200);
-    EXPECT_EQ(method->text, "GET");
-    EXPECT_EQ(pair_index->number, 3);
-    EXPECT_GE(duration->number, 0);
-    EXPECT_GT(bytes->number, 0);
-    EXPECT_EQ(client_addr->text.rfind("127.0.0.1:", 0), 0u) << line;
-    EXPECT_EQ(time->text.size(), 24u) << line;  // 2024-05-01T12:00:00.123Z
-    ASSERT_EQ(headers->type, json::kind::object);
+    EXPECT_EQ(status->num(), 200);
+    EXPECT_EQ(method->str(), "GET");
+    EXPECT_EQ(pair_index->num(), 3);
+    EXPECT_GE(duration->num(), 0);
+    EXPECT_GT(bytes->num(), 0);
+    EXPECT_EQ(client_addr->str().rfind("127.0.0.1:", 0), 0u) << line;
+    EXPECT_EQ(time->str().size(), 24u) << line;  // 2024-05-01T12:00:00.123Z
+    ASSERT_TRUE(headers->is_object());
     const json* ua = headers->get("user-agent");
     const json* missing = headers->get("x-missing");
     ASSERT_TRUE(ua && missing);
     // The invalid UTF-8 byte 0xff comes back as U+00FF; the rest as sent.
-    EXPECT_EQ(ua->text, "probe/1.0 \"quoted\" \\ caf\xc3\xa9 \xc3\xbf");
-    EXPECT_EQ(missing->type, json::kind::null);
+    EXPECT_EQ(ua->str(), "probe/1.0 \"quoted\" \\ caf\xc3\xa9 \xc3\xbf");
+    EXPECT_TRUE(missing->is_null());
     // Every request exactly once: path /rK, query i=J.
-    ASSERT_EQ(p->text.size(), 3u);
-    const int k = p->text[2] - '0';
-    ASSERT_EQ(query->text.rfind("i=", 0), 0u);
-    const int j = std::stoi(query->text.substr(2));
+    ASSERT_EQ(p->str().size(), 3u);
+    const int k = p->str()[2] - '0';
+    ASSERT_EQ(query->str().rfind("i=", 0), 0u);
+    const int j = std::stoi(query->str().substr(2));
     ASSERT_TRUE(k >= 0 && k < connections && j >= 0 && j < per_connection) << line;
     ++seen[static_cast<std::size_t>(k * per_connection + j)];
   }

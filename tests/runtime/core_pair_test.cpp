@@ -3,6 +3,7 @@
 // thread on the rings, raw-socket clients checking the bytes on the wire.
 
 #include "fake_app.hpp"
+#include "pair_fixture.hpp"
 #include "test_client.hpp"
 
 #include <cadeloop/runtime/core_pair.hpp>
@@ -32,7 +33,6 @@ using namespace std::chrono_literals;
 using cadeloop::net::connection_id;
 using cadeloop::net::listen_spec;
 using cadeloop::runtime::core_pair;
-using cadeloop::runtime::core_pair_options;
 using cadeloop::runtime::inbound_kind;
 using cadeloop::runtime::inbound_message;
 using cadeloop::test::fake_app;
@@ -68,39 +68,7 @@ void reset_close(test_client& c) {
   c.close();
 }
 
-class core_pair_http : public ::testing::Test {
- protected:
-  void SetUp() override {
-    opt.listen = listen_spec::tcp("127.0.0.1", 0);
-    opt.grace = 1s;  // tests that leave requests unanswered must not wait 30 s in TearDown
-  }
-
-  void start(fake_app::hook hook = {}) {
-    pair = std::make_unique<core_pair>(opt);
-    const std::string error = pair->start();
-    ASSERT_EQ(error, "");
-    app = std::make_unique<fake_app>(pair->app());
-    app->set_hook(std::move(hook));
-    app->start();
-  }
-
-  void TearDown() override {
-    if (pair) {
-      pair->stop();
-    }
-    if (app) {
-      app->stop();
-    }
-    app.reset();
-    pair.reset();
-  }
-
-  test_client client() const { return test_client::tcp(pair->local_address().port); }
-
-  core_pair_options opt;
-  std::unique_ptr<core_pair> pair;
-  std::unique_ptr<fake_app> app;
-};
+using core_pair_http = cadeloop::test::pair_fixture;
 
 // ---------------------------------------------------------------- basics
 
