@@ -820,8 +820,8 @@ std::size_t access_log::write(std::string_view captured, std::string_view client
       }
     }
   }
-  // Gathered, and queued by flush() when the I/O thread is about to sleep,
-  // or here when the batch is big.
+  // Gathered; queued by the collector within collect_interval, or here when
+  // the batch is big.
   std::lock_guard lock{mu_};
   if (!batch_.empty()) {
     batch_ += '\n';
