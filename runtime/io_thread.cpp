@@ -1,4 +1,5 @@
 #include "cadeloop/runtime/io_thread.hpp"
+#include "cadeloop/runtime/cpu_relax.hpp"
 #include "cadeloop/runtime/server_log.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -20,12 +21,6 @@ namespace {
 // Commands applied per pass, so a flood from the app cannot starve socket
 // readiness and timers; the rest stays pending and the loop does not park.
 constexpr std::size_t outbound_per_pass = 4096;
-
-void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 }  // namespace
 

@@ -9,7 +9,7 @@ PY_VERSION_BUILT: str
 def own_gil_supported() -> bool: ...
 def in_main_interpreter() -> bool: ...
 
-# Core pairs in own-GIL sub-interpreters (bind_interp.cpp; see cadeloop._supervisor). Slots are
+# Core pairs in own-GIL sub-interpreters (pyhost/asgi/interpreters.cpp; see cadeloop._supervisor). Slots are
 # plain C++ records shared by every interpreter of the process; no Python object crosses them.
 def interp_start(module: str, function: str, argument: str, cpus: list[int], thread_grace: float) -> int:
     """Starts a native thread running module.function(argument, id) -> (code, message, stats) in a new
@@ -128,7 +128,7 @@ class LoopCore:
     def _attach_source(self, capsule: Any, /) -> None: ...
     def _detach_source(self) -> None: ...
 
-# --- the HTTP server (bind_server.cpp, server_bridge.cpp) ---------------------------
+# --- the HTTP server (pyhost/asgi/server_core.cpp, pyhost/asgi/bridge.cpp) ---------------------------
 
 class ClientDisconnected(OSError):
     """Raised by an ASGI send() once the client has gone (ASGI spec 2.4)."""
@@ -170,7 +170,7 @@ class ServerCore:
         """The pair's counters (from its stats page: see StatsRegion.snapshot for the keys) plus the
         bridge's (app_requests, eager_completed, drain_waits, app_passes_with_work, active_tasks)."""
 
-# --- per-pair stats pages in shared memory (bind_server.cpp; runtime/stats_page.hpp) ---
+# --- per-pair stats pages in shared memory (pyhost/asgi/server_core.cpp; runtime/stats_page.hpp) ---
 # ServerCore options that place a pair on a page: "stats_region" (a StatsRegion) + "stats_index",
 # or, from another interpreter, "stats_page_address" (StatsRegion.address(i)) + "stats_index".
 # Access log options: "access_log" (bool), "access_log_format", "access_log_file", "access_log_queue".

@@ -1,7 +1,7 @@
 // Handle and TimerHandle: asyncio's handle semantics (cancel, cancelled, when,
 // get_context, _run) as C types. What is cold (repr, the exception report)
 // calls back into cadeloop._loop so the wording stays asyncio's.
-#include "loop_core.hpp"  // Python.h first: 3.11's structmember.h needs it
+#include "loop/loop_core.hpp"  // Python.h first: 3.11's structmember.h needs it
 
 #include <structmember.h>
 

@@ -8,7 +8,7 @@
 // further scheduling. receive() and send() return a reusable ready awaitable
 // unless they must wait (body not arrived yet, output over the high mark),
 // and only then a Future.
-#include "server_bridge.hpp"
+#include "asgi/bridge.hpp"
 
 #include "py_exception.hpp"
 

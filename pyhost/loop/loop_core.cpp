@@ -13,7 +13,8 @@
 #include <system_error>
 #include <utility>
 
-#include "loop_core.hpp"
+#include "cadeloop/runtime/cpu_relax.hpp"
+#include "loop/loop_core.hpp"
 #include "register.hpp"
 
 namespace cadeloop::pyhost {
@@ -736,12 +737,6 @@ int timeout_ms_for(double seconds) {
   return static_cast<int>(std::ceil(seconds * 1e3));
 }
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 /// Spin before park: with the GIL released, watch the cross-thread queue and
 /// (if there are fds) poll without blocking, for up to spin_us. Returns the
 /// number of poll events found (>= 0), or -1 for "work arrived in the queue".
@@ -766,7 +761,7 @@ int spin(loop_state& st, int timeout_ms) {
     if (monotonic_now() >= deadline) {
       break;
     }
-    cpu_relax();
+    runtime::cpu_relax();
   }
   Py_END_ALLOW_THREADS
   return found;

@@ -20,7 +20,7 @@
 #include "cadeloop/runtime/poller.hpp"
 #include "cadeloop/runtime/timer_heap.hpp"
 #include "cadeloop/runtime/xthread_queue.hpp"
-#include "loop_source.hpp"
+#include "loop/loop_source.hpp"
 #include "py_exception.hpp"
 
 namespace cadeloop::pyhost::loop {

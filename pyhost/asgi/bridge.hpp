@@ -29,7 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "loop_source.hpp"
+#include "loop/loop_source.hpp"
 
 namespace cadeloop::pyhost::server {
 

@@ -17,7 +17,7 @@
 #include <new>
 #include <utility>
 
-#include "loop_core.hpp"
+#include "loop/loop_core.hpp"
 
 namespace cadeloop::pyhost::loop {
 
