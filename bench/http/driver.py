@@ -12,6 +12,8 @@ and after each measured run, so CPU per request covers every thread and worker.
     python bench/http/driver.py --servers uvicorn,granian --workloads plaintext --duration 5
     python bench/http/driver.py --servers cadeloop,cadeloop-log --workloads plaintext --rounds 12 --duration 3
                                                    # all servers up at once, measured in turn: paired ratios
+    python bench/http/driver.py --baseline ../old --servers cadeloop-base,cadeloop --workloads plaintext --rounds 12
+                                                   # an older build (another checkout's .venv) against this one
 
 Writes a Markdown table and the raw figures to bench/results/.
 """
@@ -64,10 +66,16 @@ class Server:
         return Path(self.python).exists()
 
 
-def servers(port: int) -> dict[str, Server]:
+def baseline_label(tree: Path) -> str:
+    """`cadeloop-base`'s name in reports: the commit the other checkout's build came from."""
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return f"cadeloop at {head.stdout.strip() or tree}"
+
+
+def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
     host = "127.0.0.1"
     peer = lambda name: PEERS / name / "bin"  # noqa: E731
-    return {
+    table = {
         "cadeloop": Server(
             "cadeloop",
             [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
@@ -99,6 +107,15 @@ def servers(port: int) -> dict[str, Server]:
             str(peer("cadeloop-rs") / "python"),
         ),
     }
+    if baseline is not None:
+        # Another checkout's build (its own .venv, made by its scripts/setup), for old-against-new rounds.
+        table["cadeloop-base"] = Server(
+            baseline_label(baseline),
+            [str(baseline / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE)],
+            str(baseline / ".venv/bin/python"),
+        )
+    return table
 
 
 @dataclass
@@ -311,7 +328,8 @@ def measure(server: Server, workloads: list[Workload], args: argparse.Namespace)
     return results
 
 
-def measure_interleaved(keys: list[str], workloads: list[Workload], args: argparse.Namespace) -> list[Result]:
+def measure_interleaved(keys: list[str], workloads: list[Workload], args: argparse.Namespace,
+                        baseline: Path | None = None) -> list[Result]:
     """Every server started at once (port, port+1, ...; an idle one costs no CPU), then `--rounds`
     rounds of one run each, in turn, so each server's runs sit between the others' and the host's
     drift falls on all of them alike. Each run's `round` is kept for paired ratios."""
@@ -320,7 +338,7 @@ def measure_interleaved(keys: list[str], workloads: list[Workload], args: argpar
     try:
         for i, key in enumerate(keys):
             port = args.port + i
-            server = servers(port)[key]
+            server = servers(port, baseline)[key]
             proc, error = start_server(server, port, args)
             if error:
                 print(f"driver: {key}: {error}", file=sys.stderr)
@@ -460,6 +478,8 @@ def main() -> int:
     p.add_argument("--tag", default="servers", help="name part of the results file")
     p.add_argument("--rounds", type=int, default=0,
                    help="start every server at once and measure them in turn this many times (paired ratios)")
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="another checkout of cadeloop with its own .venv: adds the server cadeloop-base")
     p.add_argument("--quiet-steal", type=float, default=0.03,
                    help="with repeated servers, medians use only runs whose CPU steal share is below this")
     args = p.parse_args()
@@ -469,7 +489,7 @@ def main() -> int:
     if not shutil.which("wrk"):
         print("driver: wrk is not installed (apt-get install wrk)", file=sys.stderr)
         return 2
-    table = servers(args.port)
+    table = servers(args.port, args.baseline.resolve() if args.baseline else None)
     unknown = [s for s in args.servers.split(",") if s not in table]
     if unknown:
         print(f"driver: unknown server(s) {unknown}; known: {list(table)}", file=sys.stderr)
@@ -482,7 +502,7 @@ def main() -> int:
         if missing:
             print(f"driver: {missing} not set up; run --setup", file=sys.stderr)
             return 2
-        results = measure_interleaved(keys, workloads, args)
+        results = measure_interleaved(keys, workloads, args, args.baseline.resolve() if args.baseline else None)
         command = "python bench/http/driver.py " + " ".join(sys.argv[1:])
         print(f"written: {write_report(results, args, command.strip())}")
         return 0
