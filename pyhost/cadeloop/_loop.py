@@ -28,10 +28,14 @@ __all__ = ["Loop", "EventLoopPolicy", "new_event_loop", "install", "run"]
 
 _T = TypeVar("_T")
 
-# Loop(**settings): name -> (type, lowest, highest, what it does).
-SETTINGS: dict[str, tuple[type, int, int, str]] = {
-    "spin_us": (int, 0, 1_000_000, "microseconds to spin (GIL released) before sleeping in epoll_wait"),
-    "adaptive_spin": (bool, 0, 1, "stop spinning after a run of fruitless spins, probe now and then"),
+# spin_us is the server setting of the same name (the settings table, config/): its bounds,
+# default and doc come from there. adaptive_spin is the loop's own and not a server setting.
+_SPIN_US = next(row for row in _core.settings_table() if row["name"] == "spin_us")
+
+# Loop(**settings): name -> (type, lowest, highest, default, what it does).
+SETTINGS: dict[str, tuple[type, int, int, Any, str]] = {
+    "spin_us": (int, _SPIN_US["min"], _SPIN_US["max"], _SPIN_US["default"], _SPIN_US["doc"]),
+    "adaptive_spin": (bool, 0, 1, False, "stop spinning after a run of fruitless spins, probe now and then"),
 }
 
 _FORMAT_TAKES_DEBUG = sys.version_info >= (3, 12)
@@ -293,11 +297,11 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
 
 def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Loop(**settings) with defaults filled in; one clear error naming a bad setting."""
-    values: dict[str, Any] = {"spin_us": 0, "adaptive_spin": False}
+    values: dict[str, Any] = {name: row[3] for name, row in SETTINGS.items()}
     for name, value in settings.items():
         if name not in SETTINGS:
             raise TypeError(f"Loop() got an unknown setting {name!r} (known: {', '.join(SETTINGS)})")
-        kind, low, high, _ = SETTINGS[name]
+        kind, low, high, _, _ = SETTINGS[name]
         if kind is bool:
             if not isinstance(value, bool):
                 raise TypeError(f"Loop() setting {name!r} must be a bool, not {type(value).__name__}")
@@ -310,7 +314,8 @@ def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:
 class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name-defined]
     """An asyncio event loop with its scheduling core in C++.
 
-    Settings (keyword arguments): spin_us (int, 0..1000000, default 0) and
+    Settings (keyword arguments): spin_us (int, microseconds; the bounds and
+    default of the server setting spin_us, docs/configuration.md) and
     adaptive_spin (bool, default False). Create, run and close it on one
     thread; call_soon_threadsafe() may be called from any thread of the same
     interpreter.

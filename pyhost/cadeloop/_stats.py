@@ -1,4 +1,4 @@
-"""The stats endpoint and the per-pair counters it reads (one shared-memory region per server).
+"""The server's counters: the stats endpoint, the shared region it reads, and the totals at exit.
 
 The main process (or main interpreter) creates a `_core.StatsRegion` with one
 page per core pair before any pair starts, so forked workers share it and
@@ -8,14 +8,17 @@ the endpoint (a native thread of the main process) only reads.
 
 from __future__ import annotations
 
-import logging
+import json
+import os
 import platform
 import time
 from typing import Any
 
 from . import _core
+from ._errors import StartupError
+from ._log import logger
 
-logger = logging.getLogger("cadeloop")
+__all__ = ["start_endpoint", "region_stats", "merge_stats", "write_json"]
 
 
 def start_endpoint(config: Any, region: Any, isolation: str) -> Any:
@@ -26,8 +29,6 @@ def start_endpoint(config: Any, region: Any, isolation: str) -> Any:
     """
     if config.stats_port is None:
         return None
-    from .server import StartupError
-
     info = {
         "isolation": isolation,
         "python_version": platform.python_version(),
@@ -49,3 +50,39 @@ def region_stats(region: Any, isolation: str) -> dict[str, Any]:
     stats["isolation"] = isolation
     stats["python_version"] = platform.python_version()
     return stats
+
+
+_NOT_ADDITIVE = frozenset({"pid", "index", "state", "started_unix_ms"})
+
+
+def merge_stats(per_pair: dict[int, list[dict[str, Any]]], isolation: str) -> dict[str, Any]:
+    """One JSON-able dict: totals at the top (as with one pair), and `pairs`: each pair's counters.
+
+    A pair that was restarted contributes the sum over its workers.
+    """
+    pairs = []
+    totals: dict[str, Any] = {}
+    for index in sorted(per_pair):
+        pair: dict[str, Any] = {"pair": index, "starts": len(per_pair[index])}
+        for stats in per_pair[index]:
+            for key, value in stats.items():
+                if key in _NOT_ADDITIVE or key.startswith("latency_p"):
+                    continue  # percentiles and identities do not add up; see stats["region"]
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    pair[key] = pair.get(key, 0) + value
+        pairs.append(pair)
+        for key, value in pair.items():
+            if key not in ("pair", "starts"):
+                totals[key] = totals.get(key, 0) + value
+    totals["cores"] = len(pairs)
+    totals["isolation"] = isolation
+    totals["pairs"] = pairs
+    return totals
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    """Writes `data` to `path` whole or not at all (a reader never sees half a file)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)

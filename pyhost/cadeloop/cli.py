@@ -17,6 +17,9 @@ import traceback
 from typing import Any, NoReturn, Sequence
 
 from . import _core
+from ._log import apply_log_level, configure_logging
+from .config import SETTINGS, SettingError, format_config, reference, resolve
+from .server import AppLoadError, Server, StartupError, load_app
 
 
 def version_text() -> str:
@@ -62,8 +65,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .config import SETTINGS
-
     parser = _Parser(
         prog="cadeloop",
         allow_abbrev=False,
@@ -110,8 +111,6 @@ def _fail(line: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .config import SettingError, format_config, reference, resolve
-
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
@@ -143,10 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         return _fail("missing APP, the ASGI app to serve as module:attribute (e.g. cadeloop main:app)")
 
-    from .server import AppLoadError, Server, StartupError, _apply_log_level, _configure_logging, load_app
-
-    _configure_logging()
-    _apply_log_level(config.log_level)
+    configure_logging()
+    apply_log_level(config.log_level)
     # The app is imported and checked before anything binds.
     try:
         app = load_app(config.app, config.app_dir, config.factory)

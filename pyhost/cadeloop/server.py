@@ -1,419 +1,55 @@
-"""cadeloop's HTTP server: one core pair serving an ASGI 3.0 app.
+"""cadeloop's HTTP server: an ASGI 3.0 app served on one core pair or on N.
 
-The core pair's native I/O thread (listener, HTTP/1.1 connections, limits,
-timeouts, pipelining, response writes) runs in C++ and never touches Python.
-The app thread is the thread that calls `serve()`: it runs a cadeloop.Loop to
-which the pair's inbound ring is attached (`_core.ServerCore`, C++), so
-requests are drained, their scopes built and their app coroutines started
-eagerly inside the loop's own pass. This module holds what is naturally
-Python: settings and their checks, loading the app, the lifespan protocol,
-signals and the order of start-up and shutdown.
+`serve()` and the command line come here. One pair (`--cores 1`) runs on the
+calling thread (`cadeloop._pair.PairServer`); more pairs run in
+sub-interpreters or worker processes under a supervisor
+(`cadeloop._subinterpreters`, `cadeloop._workers`), each pair again a
+`PairServer`. This module is the top of the package's imports: it decides
+between the two and re-exports the names users reach through
+`cadeloop.server` (the errors, `load_app`, `current_pair`, `Config`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import importlib
-import json
 import logging
 import os
-import signal
-import socket
 import sys
-import threading
-from typing import Any, Callable
+from typing import Any
 
 from . import _core
-from ._loop import Loop
+from ._cpus import pin_sets, resolve_cores
+from ._errors import AppLoadError, ClientDisconnected, StartupError
+from ._log import apply_log_level, configure_logging, error_logger, logger
+from ._pair import PairServer, bind_reuseport, current_pair, load_app
+from ._stats import merge_stats, region_stats, write_json
+from ._subinterpreters import InterpSupervisor, choose_isolation
+from ._supervisor import Supervisor
+from ._workers import ProcessSupervisor
+from .config import SETTINGS, Config, SettingError, resolve
 
 __all__ = [
     "Config", "AppLoadError", "StartupError", "ClientDisconnected", "load_app", "serve", "Server", "current_pair",
-    "run_server",
+    "run_server", "logger", "error_logger",
 ]
 
-logger = logging.getLogger("cadeloop")
-error_logger = logging.getLogger("cadeloop.error")
 
-ClientDisconnected = _core.ClientDisconnected
+class Server(PairServer):
+    """Serves one app until SIGINT/SIGTERM: on this thread with one core pair, else on every pair.
 
-
-class AppLoadError(Exception):
-    """APP names a module or attribute that does not exist (one line for the user)."""
-
-
-class StartupError(Exception):
-    """The server could not start (one line for the user); `exit_code` is what the command exits with."""
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-# Every setting comes from the one table in C++ (config/); see cadeloop.config.
-from .config import SETTINGS, Config, SettingError, resolve  # noqa: E402
-
-# --------------------------------------------------------------------------- the app
-
-
-def load_app(spec: Any, app_dir: str | None = None, factory: bool = False) -> Callable[..., Any]:
-    """The ASGI app that `spec` names ("module:attr", "module:obj.attr") or `spec` itself.
-
-    A module or attribute that does not exist raises AppLoadError with one
-    line; an exception raised by the app's own import propagates unchanged.
+    With `config.cores` 1 this is the `PairServer` of one pair (signals,
+    `request_stop()`, the stats endpoint of one page). With other values
+    `run()` serves `resolve_cores(cores)` pairs through `run_server()` and
+    keeps their merged counters in `stats`. Made and run on one thread, the
+    main thread of the main interpreter for more than one pair.
     """
-    if isinstance(spec, str):
-        module_name, sep, attr = spec.partition(":")
-        if not sep or not module_name or not attr:
-            raise AppLoadError(f"APP must look like 'module:attribute', not {spec!r}")
-        path = os.path.abspath(app_dir) if app_dir is not None else os.getcwd()
-        if path not in sys.path:
-            sys.path.insert(0, path)
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            missing = exc.name or ""
-            if missing == module_name or module_name.startswith(missing + "."):
-                raise AppLoadError(f"cannot import module {module_name!r} ({exc})") from None
-            raise
-        obj: Any = module
-        for part in attr.split("."):
-            try:
-                obj = getattr(obj, part)
-            except AttributeError:
-                raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
-    else:
-        obj = spec
-    if factory:
-        if not callable(obj):
-            raise AppLoadError(f"--factory: {spec!r} is not callable")
-        obj = obj()
-    if not callable(obj):
-        raise AppLoadError(f"{spec!r} is not an ASGI app (got {type(obj).__name__}, which is not callable)")
-    return obj  # type: ignore[no-any-return]
-
-
-# --------------------------------------------------------------------------- lifespan
-
-
-class _Lifespan:
-    """The ASGI lifespan protocol: startup before accepting, shutdown after the last request."""
-
-    def __init__(self, app: Any, mode: str, loop: asyncio.AbstractEventLoop) -> None:
-        self.app = app
-        self.mode = mode
-        self.loop = loop
-        self.state: dict[str, Any] | None = {} if mode != "off" else None
-        self.running = False
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.startup_done: asyncio.Future[tuple[bool, str]] = loop.create_future()
-        self.shutdown_done: asyncio.Future[tuple[bool, str]] = loop.create_future()
-        self.task: asyncio.Task[None] | None = None
-
-    async def _receive(self) -> dict[str, Any]:
-        return await self.queue.get()
-
-    async def _send(self, message: dict[str, Any]) -> None:
-        kind = message.get("type")
-        if kind == "lifespan.startup.complete":
-            self._set(self.startup_done, (True, ""))
-        elif kind == "lifespan.startup.failed":
-            self._set(self.startup_done, (False, str(message.get("message", ""))))
-        elif kind == "lifespan.shutdown.complete":
-            self._set(self.shutdown_done, (True, ""))
-        elif kind == "lifespan.shutdown.failed":
-            self._set(self.shutdown_done, (False, str(message.get("message", ""))))
-        else:
-            raise RuntimeError(f"unexpected ASGI message type {kind!r} in the lifespan protocol")
-
-    @staticmethod
-    def _set(fut: asyncio.Future[tuple[bool, str]], value: tuple[bool, str]) -> None:
-        if not fut.done():
-            fut.set_result(value)
-
-    async def _main(self) -> None:
-        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": self.state}
-        await self.app(scope, self._receive, self._send)
-
-    async def startup(self) -> None:
-        if self.mode == "off":
-            return
-        self.task = self.loop.create_task(self._main())
-        self.queue.put_nowait({"type": "lifespan.startup"})
-        await asyncio.wait([self.startup_done, self.task], return_when=asyncio.FIRST_COMPLETED)
-        if self.startup_done.done():
-            ok, message = self.startup_done.result()
-            if not ok:
-                raise StartupError(f"lifespan startup failed: {message}" if message else "lifespan startup failed", 3)
-            self.running = True
-            logger.debug("lifespan startup complete")
-            return
-        exc = self.task.exception()
-        self.state = None
-        if self.mode == "auto":
-            logger.info("the app does not support the ASGI lifespan protocol (%s); serving without it",
-                        f"{type(exc).__name__}: {exc}" if exc is not None else "it returned at once")
-            return
-        if exc is not None:
-            error_logger.error("Exception in ASGI lifespan startup", exc_info=exc)
-            raise StartupError(f"lifespan startup raised {type(exc).__name__}: {exc}", 3)
-        raise StartupError("lifespan startup: the app returned without completing startup", 3)
-
-    async def shutdown(self) -> None:
-        if not self.running or self.task is None:
-            return
-        self.running = False
-        self.queue.put_nowait({"type": "lifespan.shutdown"})
-        await asyncio.wait([self.shutdown_done, self.task], return_when=asyncio.FIRST_COMPLETED)
-        if self.shutdown_done.done():
-            ok, message = self.shutdown_done.result()
-            if not ok:
-                logger.error("lifespan shutdown failed: %s", message)
-            else:
-                logger.debug("lifespan shutdown complete")
-        elif self.task.exception() is not None:
-            error_logger.error("Exception in ASGI lifespan shutdown", exc_info=self.task.exception())
-        if not self.task.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(self.task), 1.0)
-            except (asyncio.TimeoutError, Exception):
-                pass
-
-
-# --------------------------------------------------------------------------- the server
-
-
-def _probe_listen(config: Config) -> None:
-    """Refuses an address already taken before the app's startup runs (the pair binds for real later)."""
-    if config.uds is not None or config.fd is not None or config.port == 0:
-        return
-    _bind_reuseport(config).close()
-
-
-def _bind_reuseport(config: Config) -> socket.socket:
-    """A socket bound (not listening) to config's TCP address with SO_REUSEPORT, as every pair binds.
-
-    With port 0 the kernel picks the port; keeping this socket bound keeps
-    that port for every pair (and for a restarted worker) until it is closed.
-    Raises StartupError with one line when the address is taken.
-    """
-    try:
-        infos = socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise StartupError(f"cannot listen on {config.describe_listen()}: {exc.strerror}") from None
-    family, kind, proto, _, addr = infos[0]
-    s = socket.socket(family, kind, proto)
-    try:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        s.bind(addr)
-    except OSError as exc:
-        s.close()
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        reason = reason[:1].lower() + reason[1:]
-        raise StartupError(f"cannot listen on {config.describe_listen()}: {reason}") from None
-    return s
-
-
-# The index of the core pair this interpreter (or worker process) serves; see current_pair().
-_current_pair: int | None = None
-
-
-def current_pair() -> int | None:
-    """The index (0 .. cores-1) of the core pair the calling code runs in, or None outside a server.
-
-    Each pair has its own interpreter (a sub-interpreter, or the main
-    interpreter of its worker process), so this is a plain module value: an
-    app may read it at import, in lifespan or in a request.
-    """
-    return _current_pair
-
-
-class Server:
-    """Serves one app on one core pair until SIGINT/SIGTERM or `request_stop()`. Made and run on one thread.
-
-    With `config.cores` other than 1, `run()` serves every pair instead
-    (cadeloop._supervisor: sub-interpreters or worker processes). A pair run
-    by the supervisor gets `pair` (its index), `stop_source` (a file
-    descriptor its loop watches and a function returning the stop level: 1
-    drain, 2 drain cut short) and `on_listening` (called with the address
-    once it accepts). Signal handlers are installed only on the main thread
-    of the main interpreter (one pair, or a worker process); a pair in a
-    sub-interpreter gets every stop request through `stop_source`.
-    """
-
-    def __init__(self, app: Any, config: Config) -> None:
-        self.app = app
-        self.config = config
-        self.core: Any = None
-        self.stats: dict[str, Any] = {}
-        self.pair: int | None = None
-        self.stop_source: tuple[int, Callable[[], int]] | None = None
-        self.on_listening: Callable[[str], None] | None = None
-        # Where the pair's counters live: {"stats_region": r, "stats_index": i} or
-        # {"stats_page_address": a, "stats_index": i}; None: run() makes a region of one page.
-        self.stats_options: dict[str, Any] | None = None
-        self.endpoint: Any = None
-        self._stopping = False
-        self._stop_source_closed = False
-        self._stopped: asyncio.Future[None] | None = None
 
     def run(self) -> None:
-        _apply_log_level(self.config.log_level)
-        if self.config.cores != 1 and self.pair is None:
-            from ._supervisor import run_pairs
-
-            self.stats = run_pairs(self.config, self.app)
+        if self.config.cores == 1 or self.pair is not None:
+            super().run()
             return
-        global _current_pair
-        if _current_pair is None:
-            _current_pair = self.pair if self.pair is not None else 0
-        region = None
-        if self.stats_options is None:
-            from ._stats import start_endpoint
-
-            region = _core.StatsRegion(1)
-            self.stats_options = {"stats_region": region, "stats_index": 0}
-            self.endpoint = start_endpoint(self.config, region, "single pair")
-        loop = Loop(spin_us=self.config.spin_us)
-        try:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(self._serve(loop))
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
-            if self.endpoint is not None:
-                self.endpoint.close()
-                self.endpoint = None
-            if self.config.access_log:
-                _core.flush_access_logs(max(self.config.grace, 1.0))
-
-    def request_stop(self) -> None:
-        """Graceful stop: no more accepts, in-flight requests finish within `grace`. Loop thread."""
-        if self.core is not None and not self._stopping:
-            self._stopping = True
-            if self.endpoint is not None:
-                self.endpoint.set_draining()  # /readyz says 503 before the listener closes
-            logger.info("shutting down: finishing requests in flight (grace %gs)", self.config.grace)
-            self.core.request_stop()
-
-    def _on_signal(self, signum: int) -> None:
-        if self._stopping and self.core is not None:
-            # A second SIGINT (Ctrl-C) cuts the drain short; a second SIGTERM (an orchestrator
-            # repeating itself) does not.
-            if signum == signal.SIGINT:
-                logger.info("SIGINT again: cancelling the app's tasks")
-                self.core.cancel_tasks()
-            else:
-                logger.info("%s again: still finishing requests in flight", signal.Signals(signum).name)
-            return
-        self.request_stop()
-
-    def _on_stop_request(self) -> None:
-        assert self.stop_source is not None
-        level = self.stop_source[1]()
-        if level < 0:  # the supervisor is gone (end of its pipe): drain and exit
-            asyncio.get_running_loop().remove_reader(self.stop_source[0])
-            self._stop_source_closed = True
-            level = 1
-        if level >= 1 and not self._stopping:
-            self.request_stop()
-        if level >= 2 and self.core is not None:
-            logger.info("drain cut short: cancelling the app's tasks")
-            self.core.cancel_tasks()
-
-    def _on_stopped(self) -> None:
-        if self._stopped is not None and not self._stopped.done():
-            self._stopped.set_result(None)
-
-    @staticmethod
-    def _on_app_error(message: str, exc: BaseException | None) -> None:
-        if exc is None:
-            error_logger.error(message)
-        else:
-            error_logger.error(message, exc_info=exc)
-
-    def write_stats(self, path: str) -> None:
-        stats = self.core.stats() if self.core is not None else self.stats
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(stats, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-
-    async def _serve(self, loop: Loop) -> None:
-        config = self.config
-        _probe_listen(config)
-        self._stopped = loop.create_future()
-        lifespan = _Lifespan(self.app, config.lifespan, loop)
-        await lifespan.startup()
-        options = config.core_options()
-        options.update(self.stats_options or {})
-        core = _core.ServerCore(self.app, loop, options, self._on_app_error, self._on_stopped)
-        if lifespan.state is not None:
-            core.set_state(lifespan.state)
-        error = core.start()
-        if error:
-            core.close()
-            await lifespan.shutdown()
-            raise StartupError(error)
-        self.core = core
-        signals: list[int] = []
-        # Signals reach only the main thread of the main interpreter; a pair run by the
-        # supervisor gets its stop requests through stop_source instead.
-        if _core.in_main_interpreter() and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, self._on_signal, sig)
-                signals.append(sig)
-            if config.stats_json_on_exit:
-                path = config.stats_json_on_exit
-                loop.add_signal_handler(signal.SIGUSR1, self.write_stats, path)
-                signals.append(signal.SIGUSR1)
-        if self.stop_source is not None:
-            loop.add_reader(self.stop_source[0], self._on_stop_request)
-        loop._attach_source(core.source_capsule())
-        loop._cadeloop_server_core = core  # loop.stats()["pair"]
-        try:
-            if self.pair is None:
-                scheme = "http+unix" if config.uds else "http"
-                logger.info("listening on %s://%s (1 core pair, pid %d)", scheme, core.description, os.getpid())
-            else:
-                logger.info("serving on %s (pid %d)", core.description, os.getpid())
-            if self.on_listening is not None:
-                self.on_listening(core.description)
-            await self._stopped
-            # Every connection is closed now; tasks may still run (background work, an app
-            # that ignores disconnects). Give them the grace period, then cancel them.
-            deadline = loop.time() + max(config.grace, 0.1)
-            while core.active_tasks() and loop.time() < deadline:
-                await asyncio.sleep(0.005)
-            if core.active_tasks():
-                core.cancel_tasks()
-                for _ in range(100):
-                    if not core.active_tasks():
-                        break
-                    await asyncio.sleep(0.01)
-        finally:
-            loop._detach_source()
-            loop._cadeloop_server_core = None
-            if self.stop_source is not None and not self._stop_source_closed:
-                loop.remove_reader(self.stop_source[0])
-            for sig in signals:
-                loop.remove_signal_handler(sig)
-            if not self._stopping:
-                core.request_stop()
-            core.join()
-            self.stats = core.stats()
-            core.close()
-            self.core = None
-        await lifespan.shutdown()
-        s = self.stats
-        logger.info(
-            "stopped: %d requests, %d responses; wake-ups per request: app %.3f, I/O %.3f",
-            s["requests"], s["responses"], s["wakeups_to_app"] / max(s["requests"], 1),
-            s["wakeups_to_io"] / max(s["requests"], 1),
-        )
-        if config.stats_json_on_exit:
-            self.write_stats(config.stats_json_on_exit)
+        apply_log_level(self.config.log_level)
+        self.stats = run_server(self.config, self.app)
 
 
 def run_server(config: Config, app: Any = None) -> dict[str, Any]:
@@ -422,66 +58,58 @@ def run_server(config: Config, app: Any = None) -> dict[str, Any]:
     `app` is the loaded app when the caller already imported it (the
     worker processes then inherit it), else None: each pair imports
     `config.app` itself. One pair runs on the calling thread; more run in
-    sub-interpreters or worker processes (`config.isolation`, see
-    cadeloop._supervisor). Raises StartupError with one line.
+    sub-interpreters or worker processes (`config.isolation`). Raises
+    StartupError (one line) when the server cannot start or a pair failed;
+    the caller prints it and exits with its code. Main thread of the main
+    interpreter.
     """
-    from ._supervisor import run_pairs
-
-    return run_pairs(config, app)
-
-
-class _ServerLogHandler(logging.Handler):
-    """Hands each record of the `cadeloop` loggers to the native server log (`_core.log`).
-
-    The text is what logging.Formatter("%(message)s") makes of the record
-    (the traceback appended when exc_info is set); the native log adds the
-    "cadeloop: " prefix and writes it to stderr with one write, in order with
-    the messages written from C++. `prefix` goes before the message ("pair
-    N: " in a pair's interpreter or worker).
-    """
-
-    def __init__(self, prefix: str = "") -> None:
-        super().__init__()
-        self.set_prefix(prefix)
-
-    def set_prefix(self, prefix: str) -> None:
-        self.setFormatter(logging.Formatter(prefix.replace("%", "%%") + "%(message)s"))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = self.format(record)
-            # What Python still buffers for stderr (a partial line) goes first.
-            if sys.stderr is not None:
-                sys.stderr.flush()
-            _core.log(record.levelno, text)
-        except RecursionError:
-            raise
-        except Exception:
-            self.handleError(record)
-
-
-def _configure_logging() -> None:
-    """Sends the `cadeloop` and `cadeloop.error` loggers to the native server log, at info.
-
-    Left alone when the embedding program configured logging itself (a
-    handler on `cadeloop` or on the root logger): records then go there.
-    """
-    if logger.handlers or logging.getLogger().handlers:
-        return
-    logger.addHandler(_ServerLogHandler())
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-
-
-def _apply_log_level(name: str) -> None:
-    """--log-level (debug, info, warning, error) for this interpreter and the process.
-
-    The Python logger's level, so a record below it is never formatted, and
-    the native log's (process-wide), which also filters what C++ writes.
-    Every interpreter sets its own logger; each pair sets both again.
-    """
-    logger.setLevel(name.upper())
-    _core.set_log_level(name)
+    n = resolve_cores(config.cores)
+    if n == 1:
+        if config.pin:
+            os.sched_setaffinity(0, pin_sets(1)[0])  # the I/O thread, started later, inherits it
+        one = dataclasses.replace(config, cores=1)
+        srv = PairServer(app if app is not None else load_app(config.app, config.app_dir, config.factory), one)
+        srv.run()
+        return srv.stats
+    if config.uds is not None or config.fd is not None:
+        raise StartupError(
+            f"--cores {config.cores}: more than one core pair needs a TCP address (--host/--port); "
+            "--uds and --fd serve one pair", 2)
+    isolation, why = choose_isolation(config)
+    logger.info("isolation %s (%s)", isolation, why)
+    reserved = bind_reuseport(config)
+    port = reserved.getsockname()[1]
+    supervisor: Supervisor
+    if isolation == "processes":
+        if app is None:
+            app = load_app(config.app, config.app_dir, config.factory)
+        supervisor = ProcessSupervisor(config, app, n, port, reserved)
+    else:
+        supervisor = InterpSupervisor(config, None, n, port, reserved)
+    supervisor.run()
+    if config.access_log:
+        _core.flush_access_logs(max(config.grace, 1.0))
+    stats = merge_stats({p.index: p.stats for p in supervisor.pairs}, isolation)
+    # The shared pages hold every pair's latest counters (a restarted worker starts its page
+    # afresh); the histograms merge there, which summing per-worker dicts cannot do.
+    stats["region"] = region_stats(supervisor.region, isolation)
+    s = stats
+    logger.info("stopped: %d core pairs, %d requests, %d responses", n, s.get("requests", 0), s.get("responses", 0))
+    if config.stats_json_on_exit:
+        write_json(config.stats_json_on_exit, stats)
+    if supervisor.left_alive:
+        # A sub-interpreter still runs a thread the app started: ending or finalizing would abort
+        # (3.12) or skip its finally blocks (3.13). Leave without finalizing.
+        message = supervisor.failure[1] if supervisor.failure else "a core pair did not end"
+        sys.stderr.flush()
+        _core.log(logging.ERROR,
+                  f"{message}; {supervisor.left_alive} interpreter(s) left running, exiting without finalizing")
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(supervisor.failure[0] if supervisor.failure else 1)
+    if supervisor.failure is not None:
+        raise StartupError(supervisor.failure[1], supervisor.failure[0])
+    return stats
 
 
 def serve(app: Any, host: str | None = None, port: int | None = None, **settings: Any) -> dict[str, Any]:
@@ -510,7 +138,7 @@ def serve(app: Any, host: str | None = None, port: int | None = None, **settings
     if port is not None:
         arguments["port"] = port
     config = resolve(environ=os.environ, arguments=arguments).config
-    _configure_logging()
+    configure_logging()
     asgi_app = load_app(config.app, config.app_dir, config.factory)
     server = Server(asgi_app, config)
     server.run()

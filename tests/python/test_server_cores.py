@@ -80,7 +80,7 @@ def expected_usable_cpus() -> int:
 
 
 def test_cgroup_quota_is_read_along_the_cgroup_path(tmp_path: Path) -> None:
-    from cadeloop._supervisor import cgroup_cpu_quota
+    from cadeloop._cpus import cgroup_cpu_quota
 
     proc = tmp_path / "cgroup"
     proc.write_text("0::/outer/inner\n")

@@ -295,7 +295,7 @@ def test_records_keep_the_bytes_the_logging_formatter_gave_them() -> None:
     """What the handler hands to the native log is what "cadeloop: %(message)s" rendered before it."""
     code = (
         "import logging, sys\n"
-        "from cadeloop.server import _configure_logging, error_logger, logger\n"
+        "from cadeloop._log import configure_logging as _configure_logging, error_logger, logger\n"
         "_configure_logging()\n"
         "expected = []\n"
         "class Same(logging.Handler):\n"
