@@ -1,4 +1,8 @@
+// The access log: parsing the format, capturing a request's fields on the
+// I/O thread, formatting a line (default, JSON or a template) and handing it
+// to spdlog's asynchronous logger, which drops rather than waits when full.
 #include "cadeloop/net/access_log.hpp"
+#include "cadeloop/net/json_escape.hpp"
 
 #include <cadeloop/http/request.hpp>
 
@@ -12,9 +16,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -127,66 +131,6 @@ void append_text(std::string& out, std::string_view v) {
       out += ch;
     }
   }
-}
-
-// The length of the well-formed UTF-8 sequence at the start of `s`, or 0.
-std::size_t utf8_sequence(std::string_view s) noexcept {
-  const auto b0 = static_cast<unsigned char>(s[0]);
-  std::size_t n = 0;
-  unsigned char lo = 0x80;
-  unsigned char hi = 0xbf;
-  if (b0 >= 0xc2 && b0 <= 0xdf) {
-    n = 2;
-  } else if (b0 >= 0xe0 && b0 <= 0xef) {
-    n = 3;
-    lo = b0 == 0xe0 ? 0xa0 : 0x80;
-    hi = b0 == 0xed ? 0x9f : 0xbf;
-  } else if (b0 >= 0xf0 && b0 <= 0xf4) {
-    n = 4;
-    lo = b0 == 0xf0 ? 0x90 : 0x80;
-    hi = b0 == 0xf4 ? 0x8f : 0xbf;
-  } else {
-    return 0;
-  }
-  if (s.size() < n) {
-    return 0;
-  }
-  for (std::size_t i = 1; i < n; ++i) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xbf)) {
-      return 0;
-    }
-  }
-  return n;
-}
-
-// A JSON string: well-formed UTF-8 passes through, other bytes become
-// \u00XX (their Latin-1 reading), so every line is valid JSON and UTF-8.
-void append_json(std::string& out, std::string_view v) {
-  out += '"';
-  while (!v.empty()) {
-    const auto c = static_cast<unsigned char>(v[0]);
-    if (c >= 0x80) {
-      const std::size_t n = utf8_sequence(v);
-      if (n != 0) {
-        out.append(v.substr(0, n));
-        v.remove_prefix(n);
-        continue;
-      }
-    }
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {
-      out += "\\u00";
-      out += hex_digits[c >> 4];
-      out += hex_digits[c & 0xf];
-    } else {
-      out += static_cast<char>(c);
-    }
-    v.remove_prefix(1);
-  }
-  out += '"';
 }
 
 // Captured fields: each as a 4-byte length (host order) and its bytes; an
@@ -461,7 +405,8 @@ class log_backend {
   // An I/O thread added a line to its batch: wakes the collector unless it
   // is already on its way. One relaxed load per line while it is.
   void note_pending() noexcept {
-    if (!armed_.load(std::memory_order_relaxed) && !armed_.exchange(true, std::memory_order_acq_rel)) {
+    if (!armed_.load(std::memory_order_relaxed) &&
+        !armed_.exchange(true, std::memory_order_acq_rel)) {
       armed_.notify_one();
     }
   }
@@ -593,7 +538,8 @@ class log_backend {
   std::int64_t limit_ = 0;
   std::map<std::string, std::weak_ptr<access_log::writer>> writers_;
   std::vector<access_log*> logs_;  // every live access_log of this process
-  std::atomic<bool> armed_{false};  // a line waits for the collector (which is awake or about to be)
+  std::atomic<bool> armed_{
+      false};  // a line waits for the collector (which is awake or about to be)
   std::thread collector_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
@@ -606,7 +552,9 @@ log_backend& backend() {
   return b;
 }
 
-log_backend& log_backend::backend_for_fork() { return backend(); }
+log_backend& log_backend::backend_for_fork() {
+  return backend();
+}
 
 }  // namespace
 
@@ -665,8 +613,8 @@ void access_log::capture(const http::request_head& head, std::string& out) const
   }
 }
 
-std::size_t access_log::write(std::string_view captured, std::string_view client_text, unsigned status,
-                              std::uint64_t bytes, std::uint64_t duration_us) {
+std::size_t access_log::write(std::string_view captured, std::string_view client_text,
+                              unsigned status, std::uint64_t bytes, std::uint64_t duration_us) {
   // What capture() kept, in its order; all absent for the I/O thread's own answers.
   std::string_view in = captured;
   const std::optional<std::string_view> method = take_field(in);
@@ -709,13 +657,13 @@ std::size_t access_log::write(std::string_view captured, std::string_view client
     out += "{\"time\":\"";
     append_time(out);
     out += "\",\"client\":";
-    append_json(out, client_text);
+    append_json_string(out, client_text);
     auto optional_string = [&](std::string_view key, std::optional<std::string_view> v) {
       out += ",\"";
       out += key;
       out += "\":";
       if (v) {
-        append_json(out, *v);
+        append_json_string(out, *v);
       } else {
         out += "null";
       }
@@ -742,11 +690,11 @@ std::size_t access_log::write(std::string_view captured, std::string_view client
         if (i != 0) {
           out += ',';
         }
-        append_json(out, format_->headers[i]);
+        append_json_string(out, format_->headers[i]);
         out += ':';
         const std::optional<std::string_view> v = take_field(rest);
         if (v) {
-          append_json(out, *v);
+          append_json_string(out, *v);
         } else {
           out += "null";
         }

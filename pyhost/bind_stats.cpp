@@ -3,7 +3,7 @@
 // shared stats region, or over a Python callable for tests.
 #include <pybind11/stl.h>
 
-#include <cadeloop/runtime/stats_endpoint.hpp>
+#include <cadeloop/runtime/stats/stats_endpoint.hpp>
 
 #include <chrono>
 #include <memory>

@@ -1,6 +1,10 @@
+// The core pair and the app thread's end of it: `app_side` (staging commands
+// on the outbound ring, adopting inbound messages, flush and park) and
+// `core_pair` (placing the stats page, starting and stopping the I/O thread,
+// freeing what is left in the rings).
 #include "cadeloop/runtime/core_pair.hpp"
 
-#include "cadeloop/runtime/io_thread.hpp"
+#include "io_thread.hpp"
 
 #include <utility>
 
@@ -37,7 +41,8 @@ void app_side::stage(const outbound_command& cmd) {
   ch_.page.app.outbound_staged.add();
 }
 
-void app_side::send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes, send_options options) {
+void app_side::send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes,
+                    send_options options) {
   outbound_command cmd;
   cmd.kind = outbound_kind::send;
   cmd.conn = conn;
@@ -109,7 +114,9 @@ bool app_side::try_park() noexcept {
   return sleep;
 }
 
-void app_side::unpark(bool signalled) noexcept { ch_.app_parker.unpark(signalled); }
+void app_side::unpark(bool signalled) noexcept {
+  ch_.app_parker.unpark(signalled);
+}
 
 // ---------------------------------------------------------------- core pair
 
@@ -168,15 +175,21 @@ std::string core_pair::start() {
   return {};
 }
 
-void core_pair::request_stop() noexcept { io_->request_stop(); }
+void core_pair::request_stop() noexcept {
+  io_->request_stop();
+}
 
-void core_pair::join() { io_->join(); }
+void core_pair::join() {
+  io_->join();
+}
 
 void core_pair::stop() {
   request_stop();
   join();
 }
 
-core_pair_stats core_pair::stats() const noexcept { return snapshot(ch_->page); }
+core_pair_stats core_pair::stats() const noexcept {
+  return snapshot(ch_->page);
+}
 
 }  // namespace cadeloop::runtime

@@ -1,4 +1,7 @@
-#include "cadeloop/runtime/io_thread.hpp"
+// The I/O thread of a core pair: its loop (poll, apply the app's commands,
+// write, publish, park), the inbound events it stages for the app thread and
+// the graceful stop.
+#include "io_thread.hpp"
 #include "cadeloop/runtime/cpu_relax.hpp"
 #include "cadeloop/runtime/server_log.hpp"
 
@@ -56,7 +59,9 @@ std::string io_thread::open_listener(net::socket_address& local, std::string& de
   return error;
 }
 
-void io_thread::start() { thread_ = std::thread{[this] { run(); }}; }
+void io_thread::start() {
+  thread_ = std::thread{[this] { run(); }};
+}
 
 void io_thread::request_stop() noexcept {
   // seq_cst store, then wake: pairs with the flag check inside try_park.
@@ -173,12 +178,13 @@ void io_thread::arm_wake_wait() {
     return;
   }
   wake_armed_ = true;
-  wake_fd_.async_wait(asio::posix::stream_descriptor::wait_read, [this](const boost::system::error_code& ec) {
-    wake_armed_ = false;
-    if (!ec) {
-      wake_fired_ = true;
-    }
-  });
+  wake_fd_.async_wait(asio::posix::stream_descriptor::wait_read,
+                      [this](const boost::system::error_code& ec) {
+                        wake_armed_ = false;
+                        if (!ec) {
+                          wake_fired_ = true;
+                        }
+                      });
 }
 
 void io_thread::after_wake_handlers() noexcept {
@@ -192,7 +198,8 @@ void io_thread::after_wake_handlers() noexcept {
 }
 
 std::size_t io_thread::drain_outbound() {
-  const std::size_t n = ch_.outbound.drain([this](const outbound_command& cmd) { apply(cmd); }, outbound_per_pass);
+  const std::size_t n =
+      ch_.outbound.drain([this](const outbound_command& cmd) { apply(cmd); }, outbound_per_pass);
   ch_.page.io_loop.outbound_taken.add(n);
   return n;
 }
@@ -203,8 +210,9 @@ void io_thread::apply(const outbound_command& cmd) {
   std::unique_ptr<http::request_head> head{cmd.head};
   switch (cmd.kind) {
     case outbound_kind::send:
-      server_->send(cmd.conn, cmd.request, std::move(bytes),
-                    net::send_flags{cmd.end_of_response, cmd.keep_alive, cmd.notify_drained, cmd.status});
+      server_->send(
+          cmd.conn, cmd.request, std::move(bytes),
+          net::send_flags{cmd.end_of_response, cmd.keep_alive, cmd.notify_drained, cmd.status});
       break;
     case outbound_kind::consumed:
       server_->consume(cmd.conn, cmd.size);
@@ -235,7 +243,8 @@ void io_thread::flush_inbound() noexcept {
 }
 
 void io_thread::on_request(net::connection_id conn, std::uint32_t request,
-                           std::unique_ptr<http::request_head>&& head, const net::request_info& info) {
+                           std::unique_ptr<http::request_head>&& head,
+                           const net::request_info& info) {
   inbound_event ev;
   ev.kind = inbound_kind::request;
   ev.conn = conn;
@@ -250,7 +259,8 @@ void io_thread::on_request(net::connection_id conn, std::uint32_t request,
   (void)head.release();  // the ring owns it now
 }
 
-void io_thread::on_body(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes, bool more_body) {
+void io_thread::on_body(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes,
+                        bool more_body) {
   inbound_event ev;
   ev.kind = inbound_kind::body;
   ev.conn = conn;

@@ -1,3 +1,5 @@
+// The parker's eventfd: creating it, the wake write and the drain read that
+// ends a sleep. The check-before-park protocol itself is in parker.hpp.
 #include "cadeloop/runtime/parker.hpp"
 
 #include <sys/eventfd.h>

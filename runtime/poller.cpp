@@ -1,3 +1,6 @@
+// The epoll poller: one epoll instance per loop, level-triggered
+// registrations and a bounded wait. Loop support, Python-free (see
+// runtime/CMakeLists.txt).
 #include "cadeloop/runtime/poller.hpp"
 
 #include <unistd.h>
@@ -9,7 +12,9 @@ namespace cadeloop::runtime {
 
 namespace {
 
-std::error_code last_error() noexcept { return {errno, std::generic_category()}; }
+std::error_code last_error() noexcept {
+  return {errno, std::generic_category()};
+}
 
 int ctl(int epfd, int op, int fd, std::uint32_t events, std::uint64_t token) noexcept {
   epoll_event ev{};
@@ -60,8 +65,8 @@ std::error_code poller::remove(int fd) noexcept {
 }
 
 int poller::wait(std::span<epoll_event> out, int timeout_ms) noexcept {
-  const int max = out.size() > static_cast<std::size_t>(INT_MAX) ? INT_MAX
-                                                                  : static_cast<int>(out.size());
+  const int max =
+      out.size() > static_cast<std::size_t>(INT_MAX) ? INT_MAX : static_cast<int>(out.size());
   const int n = ::epoll_wait(fd_, out.data(), max, timeout_ms);
   if (n < 0) {
     return errno == EINTR ? 0 : -errno;

@@ -6,7 +6,7 @@
 
 #include <cadeloop/net/access_log.hpp>
 #include <cadeloop/runtime/core_pair.hpp>
-#include <cadeloop/runtime/stats_page.hpp>
+#include <cadeloop/runtime/stats/stats_page.hpp>
 
 #include <sys/mman.h>
 #include <unistd.h>

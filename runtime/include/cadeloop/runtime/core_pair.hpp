@@ -1,12 +1,16 @@
 #pragma once
 
+// A core pair as its users see it: `core_pair` (built, started and stopped
+// by a control thread) and `app_side`, the app thread's end of the rings.
+// What both threads share (ring messages, options, channels) is in
+// pair_channels.hpp; the I/O thread itself is private to runtime.
+
 #include <cadeloop/net/byte_buffer.hpp>
 #include <cadeloop/net/connection_id.hpp>
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
-#include <cadeloop/runtime/parker.hpp>
-#include <cadeloop/runtime/ring.hpp>
-#include <cadeloop/runtime/stats_page.hpp>
+#include <cadeloop/runtime/pair_channels.hpp>
+#include <cadeloop/runtime/stats/stats_page.hpp>
 
 #include <cadeloop/http/request.hpp>
 
@@ -18,35 +22,6 @@
 #include <string>
 
 namespace cadeloop::runtime {
-
-// =============================================================== ring messages
-
-/// What an inbound message (I/O thread -> app thread) carries.
-enum class inbound_kind : std::uint8_t {
-  request,     ///< a request head; body events follow when `info.has_body`
-  body,        ///< a piece of a request body; the last has `more_body == false`
-  disconnect,  ///< the connection is gone; the last message naming it
-  drained,     ///< the connection's unsent output fell to the low mark (asked for by `send_options::notify_drained`)
-  peer_eof,    ///< the client closed its sending side while requests were in flight: it may be gone
-               ///< (long-poll and streaming apps treat it as http.disconnect); answers may still be sent
-};
-
-/// The raw inbound ring item. Plain data: `data` is an `http::request_head*`
-/// (request) or bytes from `new char[]` (body), owned by whoever holds the
-/// item. Internal to the core pair; the app sees `inbound_message`.
-struct inbound_event {
-  inbound_kind kind = inbound_kind::disconnect;
-  bool more_body = false;
-  bool has_body = false;
-  bool server_closing = false;
-  bool tls = false;
-  std::uint32_t request = 0;
-  net::connection_id conn{};
-  void* data = nullptr;
-  std::uint64_t size = 0;  ///< body: byte count; drained: unsent bytes
-  net::socket_address client{};
-  net::socket_address server{};
-};
 
 /// One inbound message in owning form, as `app_side::drain_inbound` hands it
 /// to the app thread, which owns (and destroys) everything in it.
@@ -74,31 +49,6 @@ struct inbound_message {
   std::uint64_t unsent = 0;
 };
 
-/// What an outbound command (app thread -> I/O thread) does.
-enum class outbound_kind : std::uint8_t {
-  send,      ///< response bytes for a request (optionally ending it)
-  consumed,  ///< the app consumed `size` body bytes (request-body credit)
-  close,     ///< close after what was sent; requests in flight are abandoned
-  abort,     ///< close now, dropping unsent bytes
-  recycle,   ///< a request head given back for reuse
-};
-
-/// The raw outbound ring item. Plain data: `data` is bytes from `new char[]`
-/// (send), `head` an `http::request_head*` (recycle, or returned along with a
-/// send). Internal to the core pair.
-struct outbound_command {
-  outbound_kind kind = outbound_kind::send;
-  bool end_of_response = false;
-  bool keep_alive = true;
-  bool notify_drained = false;
-  std::uint16_t status = 0;  ///< send: the response's final status, with the send that carries its head
-  std::uint32_t request = 0;
-  net::connection_id conn{};
-  char* data = nullptr;
-  std::uint64_t size = 0;  ///< send: byte count; consumed: bytes consumed
-  http::request_head* head = nullptr;
-};
-
 /// Options of `app_side::send`. Plain data.
 struct send_options {
   /// The response is complete after these bytes.
@@ -117,50 +67,9 @@ struct send_options {
   std::uint16_t status = 0;
 };
 
-// =============================================================== stats
-
 /// Counters of one core pair: a snapshot of its stats page (see
-/// stats_page.hpp). Plain data.
+/// stats/stats_page.hpp). Plain data.
 using core_pair_stats = pair_stats_snapshot;
-
-/// Options of one core pair. Plain data; the thread that builds the pair reads it.
-struct core_pair_options {
-  /// Where this pair listens (each pair binds its own listener).
-  net::listen_spec listen{};
-  /// HTTP limits, budgets and timeouts.
-  net::server_options server{};
-  /// Busy-wait this long for app messages before the I/O thread parks (0: never spin).
-  std::chrono::microseconds spin{0};
-  /// How long a stop waits for responses in flight before closing everything.
-  std::chrono::milliseconds grace{30000};
-  /// Items each ring holds before it allocates more.
-  std::size_t ring_capacity = 1024;
-  /// The page the pair writes its counters into, e.g. `&region.page(i)` of a
-  /// `stats_region` shared with a main process. It must outlive the pair and
-  /// carry no other live pair. nullptr: the pair keeps a private page.
-  pair_stats_page* stats_page = nullptr;
-  /// The pair's index: written into its private page (a region's page keeps
-  /// the index the region gave it) and the access log's `pair` field.
-  std::uint32_t index = 0;
-};
-
-class io_thread;
-class core_pair;
-
-/// The state both threads of a pair share: the two rings, the two parkers
-/// and the stats page. Owned by `core_pair`; internal.
-struct pair_channels {
-  ordered_ring<inbound_event> inbound;    ///< producer: I/O thread; consumer: app thread
-  ordered_ring<outbound_command> outbound;  ///< producer: app thread; consumer: I/O thread
-  parker io_parker;                       ///< the I/O thread sleeps on it
-  parker app_parker;                      ///< the app thread sleeps on it
-  /// Counters: `io`/`io_loop` written by the I/O thread, `app` by the app thread.
-  pair_stats_page& page;
-  alignas(64) std::atomic<bool> stop_requested{false};   ///< control thread -> I/O thread
-  alignas(64) std::atomic<bool> io_stopped{false};       ///< I/O thread -> app thread
-
-  pair_channels(std::size_t capacity, pair_stats_page& stats) : inbound{capacity}, outbound{capacity}, page{stats} {}
-};
 
 // =============================================================== app side
 
@@ -215,7 +124,8 @@ class app_side {
 
   /// Stages response bytes for `request` of `conn`. Throws std::bad_alloc
   /// before taking `bytes` (the caller keeps them then). App thread.
-  void send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes, send_options options = {});
+  void send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes,
+            send_options options = {});
   /// Stages "the app consumed `bytes` body bytes of `conn`". May throw
   /// std::bad_alloc. App thread.
   void consumed(net::connection_id conn, std::uint64_t bytes);
@@ -247,7 +157,9 @@ class app_side {
 
   /// True once the I/O thread has finished (after its last messages, which
   /// are published before this turns true). App thread (any thread may ask).
-  [[nodiscard]] bool io_stopped() const noexcept { return ch_.io_stopped.load(std::memory_order_seq_cst); }
+  [[nodiscard]] bool io_stopped() const noexcept {
+    return ch_.io_stopped.load(std::memory_order_seq_cst);
+  }
 
  private:
   friend class core_pair;
@@ -259,6 +171,8 @@ class app_side {
 };
 
 // =============================================================== core pair
+
+class io_thread;  // the pair's native half (runtime/io_thread.hpp, private to runtime)
 
 /// One core pair: the I/O thread (listener, connections, HTTP) and the rings
 /// and parkers it shares with one app thread (which the caller runs, using

@@ -6,7 +6,7 @@
 #include "test_client.hpp"
 
 #include <cadeloop/runtime/core_pair.hpp>
-#include <cadeloop/runtime/stats_page.hpp>
+#include <cadeloop/runtime/stats/stats_page.hpp>
 
 #include <gtest/gtest.h>
 

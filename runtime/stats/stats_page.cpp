@@ -1,4 +1,8 @@
-#include "cadeloop/runtime/stats_page.hpp"
+// The per-pair stats page: claiming and zeroing a page, snapshots (relaxed
+// loads of every counter), merging snapshots into totals, latency
+// percentiles from the histogram, and `stats_region`, the MAP_SHARED mapping
+// of pages that outlives a fork.
+#include "cadeloop/runtime/stats/stats_page.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,6 +1,7 @@
 #pragma once
 
-#include <cadeloop/runtime/stats_page.hpp>
+#include <cadeloop/runtime/stats/stats_page.hpp>
+#include <cadeloop/runtime/stats/stats_render.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -12,19 +13,6 @@
 #include <vector>
 
 namespace cadeloop::runtime {
-
-/// What the stats endpoint says about the process besides the counters.
-/// Plain data, fixed for the process's life; built by the main thread.
-struct stats_process_info {
-  /// "subinterpreters" or "processes" (the resolved `isolation` setting).
-  std::string isolation;
-  /// The interpreter's version, "3.13.1".
-  std::string python_version;
-  /// cadeloop's version, "0.1.0".
-  std::string cadeloop_version;
-  /// When the server started, Unix time in milliseconds (uptime counts from here).
-  std::int64_t started_unix_ms = 0;
-};
 
 /// Reads every pair's counters, in pair order. Called on the stats endpoint's
 /// thread, once per request that needs counters (/stats, /metrics, /readyz);
@@ -101,26 +89,7 @@ class stats_endpoint {
   std::atomic<bool> draining_{false};
 };
 
-/// The /stats document for `pairs`. `uptime_s` is measured by the caller
-/// (steady clock); `now_unix_ms` is the wall clock. Any thread; pure.
-[[nodiscard]] std::string render_stats_json(std::span<const pair_stats_snapshot> pairs,
-                                            const stats_process_info& info,
-                                            std::int64_t now_unix_ms, double uptime_s,
-                                            bool draining);
-
-/// The /metrics document for `pairs` (Prometheus text format 0.0.4). Any
-/// thread; pure.
-[[nodiscard]] std::string render_prometheus(std::span<const pair_stats_snapshot> pairs,
-                                            const stats_process_info& info, double uptime_s,
-                                            bool draining);
-
-/// Whether /readyz answers 200: not draining, at least one pair, and every
-/// pair serving. When not ready, `why` says what is missing ("draining",
-/// "pair 1 is starting"). Any thread; pure.
-[[nodiscard]] bool stats_ready(std::span<const pair_stats_snapshot> pairs, bool draining,
-                               std::string& why);
-
-/// The dashboard page served at `/` (runtime/stats_dashboard.html, embedded
+/// The dashboard page served at `/` (runtime/stats/stats_dashboard.html, embedded
 /// at build time). Static storage. Any thread.
 [[nodiscard]] std::string_view stats_dashboard_html() noexcept;
 

@@ -4,11 +4,13 @@
 // It is deliberately simple and defensive rather than fast: it serves a
 // dashboard, a scraper and probes, a few requests per second, so every
 // connection parses one request at a time (message credit 1), reads only
-// when it needs bytes, and is closed on the first error.
-#include "cadeloop/runtime/stats_endpoint.hpp"
+// when it needs bytes, and is closed on the first error. Responses are
+// written by http's response encoder, as the server's are.
+#include "cadeloop/runtime/stats/stats_endpoint.hpp"
 #include "cadeloop/runtime/server_log.hpp"
 
 #include <cadeloop/http/request_parser.hpp>
+#include <cadeloop/http/response_encoder.hpp>
 #include <cadeloop/net/listener.hpp>
 
 #include <boost/asio/generic/stream_protocol.hpp>
@@ -19,7 +21,9 @@
 
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
+#include <span>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -47,73 +51,67 @@ http::request_limits endpoint_limits() {
   return limits;
 }
 
-std::string_view reason_phrase(int status) {
-  switch (status) {
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 413:
-      return "Content Too Large";
-    case 414:
-      return "URI Too Long";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 503:
-      return "Service Unavailable";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return "Error";
-  }
-}
-
 struct reply {
-  int status = 200;
+  unsigned status = 200;
   std::string_view content_type = "text/plain; charset=utf-8";
   std::string body;
   std::string_view static_body;  // used instead of `body` when not empty (the dashboard)
   bool allow_header = false;     // 405: say which methods are allowed
 };
 
-// Serialises `r` as one HTTP/1.1 response. `head_only` answers a HEAD.
-std::string serialize(const reply& r, bool head_only, bool close) {
+// The endpoint's responses carry no Date and no Server, as before it used
+// http's encoder: nothing reads them, and its date cache is then never read.
+http::encoder_options endpoint_encoder_options() {
+  http::encoder_options options;
+  options.server = {};
+  options.send_date = false;
+  return options;
+}
+
+// On every response, errors included: the numbers change every request, so a
+// proxy must not serve yesterday's; and no content sniffing.
+constexpr std::array<http::header_field, 2> endpoint_headers{{
+    {"Cache-Control", "no-store"},
+    {"X-Content-Type-Options", "nosniff"},
+}};
+
+// Serialises `r` with http's response encoder, which frames it (Content-Length,
+// no body for HEAD) and decides the connection (`Connection: close` when
+// `context` or the client asks for it). The caller reads the verdict from
+// `encoder.keep_alive()`.
+std::string serialize(const reply& r, http::response_encoder& encoder,
+                      const http::request_context& context) {
   const std::string_view body = r.static_body.empty() ? std::string_view{r.body} : r.static_body;
-  std::string out;
-  out.reserve(256 + (head_only ? 0 : body.size()));
-  out += "HTTP/1.1 ";
-  out += std::to_string(r.status);
-  out += ' ';
-  out += reason_phrase(r.status);
-  out += "\r\nContent-Type: ";
-  out += r.content_type;
-  out += "\r\nContent-Length: ";
-  out += std::to_string(body.size());
-  // The numbers change every request; a proxy must not serve yesterday's.
-  out += "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n";
+  std::array<http::header_field, endpoint_headers.size() + 3> fields{};
+  std::size_t n = 0;
+  fields[n++] = {"Content-Type", r.content_type};
+  for (const http::header_field& f : endpoint_headers) {
+    fields[n++] = f;
+  }
   if (r.allow_header) {
-    out += "Allow: GET, HEAD\r\n";
+    fields[n++] = {"Allow", "GET, HEAD"};
   }
   if (r.content_type.starts_with("text/html")) {
     // The dashboard loads nothing from elsewhere and talks only to /stats.
-    out +=
-        "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; "
-        "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:\r\n";
+    fields[n++] = {"Content-Security-Policy",
+                   "default-src 'none'; script-src 'unsafe-inline'; "
+                   "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:"};
   }
-  if (close) {
-    out += "Connection: close\r\n";
-  }
-  out += "\r\n";
-  if (!head_only) {
-    out += body;
+  http::response_head head;
+  head.status = r.status;
+  head.headers = std::span<const http::header_field>{fields.data(), n};
+  head.body_size = body.size();
+  std::string out;
+  out.reserve(256 + (context.is_head ? 0 : body.size()));
+  encoder.start(context);
+  // The head is the endpoint's own (fixed names, values without CTLs, a
+  // registered status) and the body has the declared length, so a refusal is
+  // a broken invariant.
+  if (!encoder.write_head(head, out).ok() || !encoder.write_body(body, out).ok() ||
+      !encoder.finish({}, out).ok()) {
+    server_log::write(server_log::log_level::critical, "stats endpoint",
+                      "the response encoder refused a response of the endpoint");
+    std::abort();
   }
   return out;
 }
@@ -141,6 +139,8 @@ struct stats_endpoint::state {
   stats_endpoint& owner;
   stats_process_info info;
   stats_reader reader;
+  // The connections' encoders hold it; with send_date off they never read it.
+  http::date_cache dates;
   // Connections alive, so shutdown() can close them. Endpoint thread only.
   // Declared before `io`: handlers destroyed with the io_context release
   // connections, which leave this set.
@@ -163,7 +163,11 @@ namespace {
 class stats_connection : public std::enable_shared_from_this<stats_connection> {
  public:
   stats_connection(stats_endpoint::state& owner, stream_socket socket)
-      : owner_(owner), socket_(std::move(socket)), timer_(owner.io), parser_(endpoint_limits()) {
+      : owner_(owner),
+        socket_(std::move(socket)),
+        timer_(owner.io),
+        parser_(endpoint_limits()),
+        encoder_(owner.dates, endpoint_encoder_options()) {
     parser_.set_credit(1);
     owner_.connections.insert(this);
   }
@@ -220,6 +224,7 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
         method_ = event.head->method();
         path_.assign(event.head->path());
         keep_alive_ = event.head->keep_alive();
+        http_minor_ = event.head->version_minor();
         have_head_ = true;
       } else if (event.kind == http::parse_event_kind::message_complete) {
         complete = true;
@@ -227,12 +232,15 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
     }
     switch (result.status) {
       case http::feed_status::error: {
+        // Answered as the server answers a protocol error (a connection-
+        // closing text/plain response), with the endpoint's own headers.
         const http::parse_error& error = parser_.error();
-        reply r;
-        r.status = error.status;
-        r.body.assign(error.reason);
-        r.body += '\n';
-        write(serialize(r, false, true), true);
+        std::string text{error.reason};
+        text += '\n';
+        std::string out;
+        (void)http::encode_error_response(error.status, text, owner_.dates, out,
+                                          endpoint_encoder_options(), endpoint_headers);
+        write(std::move(out), true);
         return;
       }
       case http::feed_status::upgraded:
@@ -248,7 +256,7 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
       case http::feed_status::paused:
         pending_.erase(0, result.consumed);
         if (complete) {
-          respond(!keep_alive_);
+          respond(false);
         } else {
           do_read();
         }
@@ -256,7 +264,9 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
     }
   }
 
-  void respond(bool close) {
+  // Answers the request just parsed; `close_after`: close after it even if
+  // the client would keep the connection.
+  void respond(bool close_after) {
     have_head_ = false;
     const bool head_only = method_ == http::request_method::head;
     reply r;
@@ -267,7 +277,13 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
     } else {
       r = owner_.answer(path_);
     }
-    write(serialize(r, head_only, close), close);
+    http::request_context context;
+    context.is_head = head_only;
+    context.http_minor = http_minor_;
+    context.client_keep_alive = keep_alive_;
+    context.server_closing = close_after;
+    std::string out = serialize(r, encoder_, context);
+    write(std::move(out), !encoder_.keep_alive());
   }
 
   void write(std::string bytes, bool close) {
@@ -299,12 +315,14 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
   stream_socket socket_;
   asio::steady_timer timer_;
   http::request_parser parser_;
+  http::response_encoder encoder_;
   std::array<char, read_chunk> chunk_{};
   std::string pending_;  // bytes read and not yet consumed by the parser
   std::string out_;      // the response being written
   std::string path_;
   http::request_method method_ = http::request_method::get;
   bool keep_alive_ = false;
+  std::uint8_t http_minor_ = 1;
   bool have_head_ = false;
 };
 

@@ -2,7 +2,7 @@
 
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
-#include <cadeloop/runtime/core_pair.hpp>
+#include <cadeloop/runtime/pair_channels.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -54,9 +54,11 @@ class io_thread final : public net::event_sink {
 
   // event_sink: called by the HTTP server on the I/O thread; each stages one
   // message on the inbound ring (published at the end of the pass).
-  void on_request(net::connection_id conn, std::uint32_t request, std::unique_ptr<http::request_head>&& head,
+  void on_request(net::connection_id conn, std::uint32_t request,
+                  std::unique_ptr<http::request_head>&& head,
                   const net::request_info& info) override;
-  void on_body(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes, bool more_body) override;
+  void on_body(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes,
+               bool more_body) override;
   void on_disconnect(net::connection_id conn) override;
   void on_drained(net::connection_id conn, std::uint64_t unsent) override;
   void on_peer_eof(net::connection_id conn) override;

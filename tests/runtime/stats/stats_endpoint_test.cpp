@@ -1,7 +1,7 @@
 // The stats endpoint over real sockets, with a fake reader whose numbers are
 // known: /stats parses as JSON and carries them, /metrics is well-formed
 // Prometheus text with cumulative buckets, the probes, 404/405/400, limits.
-#include <cadeloop/runtime/stats_endpoint.hpp>
+#include <cadeloop/runtime/stats/stats_endpoint.hpp>
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@ if(NOT _clash EQUAL -1)
 endif()
 file(WRITE "${OUTPUT}.tmp"
   "// Generated from ${INPUT} by embed_dashboard.cmake; do not edit.\n"
-  "#include <cadeloop/runtime/stats_endpoint.hpp>\n\n"
+  "#include <cadeloop/runtime/stats/stats_endpoint.hpp>\n\n"
   "namespace cadeloop::runtime {\n\n"
   "std::string_view stats_dashboard_html() noexcept {\n"
   "  static constexpr std::string_view page = R\"${_delim}(${_html})${_delim}\";\n"

@@ -2,12 +2,13 @@
 // text format 0.0.4), from pair snapshots. Pure functions; the keys and
 // metric names are documented in docs/operations.md, so a change here is a
 // change of a public interface.
-#include "cadeloop/runtime/stats_endpoint.hpp"
+#include "cadeloop/runtime/stats/stats_render.hpp"
+
+#include <cadeloop/net/json_escape.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <initializer_list>
 #include <limits>
 #include <string>
@@ -18,6 +19,7 @@ namespace cadeloop::runtime {
 namespace {
 
 using snap = pair_stats_snapshot;
+using net::append_json_string;
 
 // ---- numbers and strings ---------------------------------------------------
 
@@ -39,39 +41,6 @@ void append_double(std::string& out, double v) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   out.append(buf, r.ptr);
-}
-
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (u < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", u);
-          out += buf;
-        } else {
-          out += c;  // UTF-8 passes through
-        }
-    }
-  }
-  out += '"';
 }
 
 // Prometheus label values escape backslash, double quote and newline.

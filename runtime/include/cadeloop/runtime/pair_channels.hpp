@@ -1,0 +1,121 @@
+#pragma once
+
+// What the two threads of a core pair share, and nothing else: the ring
+// messages, the pair's options and `pair_channels` (the rings, the parkers,
+// the stats page and the stop flags). core_pair.hpp (the pair and the app
+// thread's end) and io_thread.hpp (the I/O thread, private to runtime) both
+// build on this header; neither includes the other's header.
+
+#include <cadeloop/net/connection_id.hpp>
+#include <cadeloop/net/http_server.hpp>
+#include <cadeloop/net/listener.hpp>
+#include <cadeloop/runtime/parker.hpp>
+#include <cadeloop/runtime/ring.hpp>
+#include <cadeloop/runtime/stats/stats_page.hpp>
+
+#include <cadeloop/http/request.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace cadeloop::runtime {
+
+// =============================================================== ring messages
+
+/// What an inbound message (I/O thread -> app thread) carries.
+enum class inbound_kind : std::uint8_t {
+  request,     ///< a request head; body events follow when `info.has_body`
+  body,        ///< a piece of a request body; the last has `more_body == false`
+  disconnect,  ///< the connection is gone; the last message naming it
+  drained,     ///< the connection's unsent output fell to the low mark (asked for by
+               ///< `send_options::notify_drained`)
+  peer_eof,    ///< the client closed its sending side while requests were in flight: it may be gone
+               ///< (long-poll and streaming apps treat it as http.disconnect); answers may still be
+               ///< sent
+};
+
+/// The raw inbound ring item. Plain data: `data` is an `http::request_head*`
+/// (request) or bytes from `new char[]` (body), owned by whoever holds the
+/// item. Internal to the core pair; the app sees `inbound_message`.
+struct inbound_event {
+  inbound_kind kind = inbound_kind::disconnect;
+  bool more_body = false;
+  bool has_body = false;
+  bool server_closing = false;
+  bool tls = false;
+  std::uint32_t request = 0;
+  net::connection_id conn{};
+  void* data = nullptr;
+  std::uint64_t size = 0;  ///< body: byte count; drained: unsent bytes
+  net::socket_address client{};
+  net::socket_address server{};
+};
+
+/// What an outbound command (app thread -> I/O thread) does.
+enum class outbound_kind : std::uint8_t {
+  send,      ///< response bytes for a request (optionally ending it)
+  consumed,  ///< the app consumed `size` body bytes (request-body credit)
+  close,     ///< close after what was sent; requests in flight are abandoned
+  abort,     ///< close now, dropping unsent bytes
+  recycle,   ///< a request head given back for reuse
+};
+
+/// The raw outbound ring item. Plain data: `data` is bytes from `new char[]`
+/// (send), `head` an `http::request_head*` (recycle, or returned along with a
+/// send). Internal to the core pair.
+struct outbound_command {
+  outbound_kind kind = outbound_kind::send;
+  bool end_of_response = false;
+  bool keep_alive = true;
+  bool notify_drained = false;
+  std::uint16_t status =
+      0;  ///< send: the response's final status, with the send that carries its head
+  std::uint32_t request = 0;
+  net::connection_id conn{};
+  char* data = nullptr;
+  std::uint64_t size = 0;  ///< send: byte count; consumed: bytes consumed
+  http::request_head* head = nullptr;
+};
+
+// =============================================================== options and channels
+
+/// Options of one core pair. Plain data; the thread that builds the pair reads it.
+struct core_pair_options {
+  /// Where this pair listens (each pair binds its own listener).
+  net::listen_spec listen{};
+  /// HTTP limits, budgets and timeouts.
+  net::server_options server{};
+  /// Busy-wait this long for app messages before the I/O thread parks (0: never spin).
+  std::chrono::microseconds spin{0};
+  /// How long a stop waits for responses in flight before closing everything.
+  std::chrono::milliseconds grace{30000};
+  /// Items each ring holds before it allocates more.
+  std::size_t ring_capacity = 1024;
+  /// The page the pair writes its counters into, e.g. `&region.page(i)` of a
+  /// `stats_region` shared with a main process. It must outlive the pair and
+  /// carry no other live pair. nullptr: the pair keeps a private page.
+  pair_stats_page* stats_page = nullptr;
+  /// The pair's index: written into its private page (a region's page keeps
+  /// the index the region gave it) and the access log's `pair` field.
+  std::uint32_t index = 0;
+};
+
+/// The state both threads of a pair share: the two rings, the two parkers
+/// and the stats page. Owned by `core_pair`; internal.
+struct pair_channels {
+  ordered_ring<inbound_event> inbound;      ///< producer: I/O thread; consumer: app thread
+  ordered_ring<outbound_command> outbound;  ///< producer: app thread; consumer: I/O thread
+  parker io_parker;                         ///< the I/O thread sleeps on it
+  parker app_parker;                        ///< the app thread sleeps on it
+  /// Counters: `io`/`io_loop` written by the I/O thread, `app` by the app thread.
+  pair_stats_page& page;
+  alignas(64) std::atomic<bool> stop_requested{false};  ///< control thread -> I/O thread
+  alignas(64) std::atomic<bool> io_stopped{false};      ///< I/O thread -> app thread
+
+  pair_channels(std::size_t capacity, pair_stats_page& stats)
+      : inbound{capacity}, outbound{capacity}, page{stats} {}
+};
+
+}  // namespace cadeloop::runtime
