@@ -265,8 +265,11 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
   }
   if (!more) {
     r->complete = true;
-    if (r->body_delivered) {
-      wake_receiver(r);  // a receive() waiting for the end learns it now
+    // A receive() waiting for the end learns it now. The waiter is tested
+    // here so that the common end of a response makes no call to
+    // bridge_receive.cpp.
+    if (r->body_delivered && r->receive_waiter != nullptr) {
+      wake_receiver(r);
     }
     return Py_NewRef(none_ready_);
   }
