@@ -5,6 +5,12 @@
 // eagerly, and turns the app's send() messages into response bytes staged
 // on the outbound ring.
 //
+// The code is split by what it does: bridge.cpp (the bridge's life and its
+// loop_source part), bridge_request.cpp (a request from its head to the end
+// of its task: scope, app, completion), bridge_receive.cpp and
+// bridge_send.cpp (the app's receive() and send()), request_type.cpp (the
+// Request and Ready types). It reaches the loop only through loop_source.
+//
 // Everything here runs on the loop (app) thread with its interpreter's GIL
 // held; only the core pair's I/O thread runs elsewhere, and it never sees a
 // Python object. Every Python object the bridge keeps belongs to the
@@ -41,30 +47,29 @@ class bridge;
 /// may keep it after the bridge is gone: `owner` is then NULL and its
 /// methods raise ClientDisconnected).
 struct request_object {
-  PyObject_HEAD
-  bridge* owner;                  // NULL once the bridge is gone
-  request_object* live_prev;      // the bridge's list of live requests
+  PyObject_HEAD bridge* owner;  // NULL once the bridge is gone
+  request_object* live_prev;    // the bridge's list of live requests
   request_object* live_next;
-  PyObject* task;                 // the app's asyncio.Task; strong until it is done
-  PyObject* receive_waiter;       // a Future a receive() waits on, or NULL
-  PyObject* send_waiter;          // a Future a send() waits on (drained), or NULL
-  PyObject* start_headers;        // headers of http.response.start until the head is encoded (a list)
+  PyObject* task;            // the app's asyncio.Task; strong until it is done
+  PyObject* receive_waiter;  // a Future a receive() waits on, or NULL
+  PyObject* send_waiter;     // a Future a send() waits on (drained), or NULL
+  PyObject* start_headers;   // headers of http.response.start until the head is encoded (a list)
   net::connection_id conn;
   std::uint32_t seq;
   unsigned status;
   std::deque<net::byte_buffer>* body;  // owned: pieces received, not yet given to the app
   http::response_encoder* encoder;     // owned
   http::request_context ctx;
-  bool has_body;          // body events follow the head
-  bool body_complete;     // the last body piece arrived (or there is no body)
-  bool body_delivered;    // the app got more_body == False
+  bool has_body;        // body events follow the head
+  bool body_complete;   // the last body piece arrived (or there is no body)
+  bool body_delivered;  // the app got more_body == False
   bool expect_continue;
   bool continue_sent;
-  bool started;           // http.response.start received
-  bool head_written;      // the head bytes are staged (a 500 can no longer replace them)
-  bool complete;          // the response is complete (or was replaced/aborted)
-  bool disconnected;      // the connection is gone
-  bool finished;          // task done and the request forgotten by its connection
+  bool started;       // http.response.start received
+  bool head_written;  // the head bytes are staged (a 500 can no longer replace them)
+  bool complete;      // the response is complete (or was replaced/aborted)
+  bool disconnected;  // the connection is gone
+  bool finished;      // task done and the request forgotten by its connection
 };
 
 /// The app side's view of one connection (indexed by slot).
@@ -117,7 +122,8 @@ struct names {
 
 /// Settings of one bridge, read once from ServerCore's options. Plain data.
 struct bridge_options {
-  std::uint64_t send_high_mark = 1024 * 1024;  ///< bytes sent per connection before send() waits for "drained"
+  std::uint64_t send_high_mark =
+      1024 * 1024;  ///< bytes sent per connection before send() waits for "drained"
   std::string root_path;
   std::string unix_path;  ///< for scope["server"] of a Unix socket listener
   std::string server_header = "cadeloop";
@@ -142,8 +148,9 @@ class bridge final : public loop_source {
   /// logs an app error; `on_stopped()` runs once when the I/O thread ended;
   /// `types`: (request type, ready type, ClientDisconnected). Raises (sets a
   /// Python exception and throws pybind11::error_already_set) on failure.
-  bridge(runtime::app_side& side, PyObject* app, PyObject* loop, PyObject* on_error, PyObject* on_stopped,
-         PyObject* request_type, PyObject* ready_type, PyObject* disconnected_type, bridge_options options);
+  bridge(runtime::app_side& side, PyObject* app, PyObject* loop, PyObject* on_error,
+         PyObject* on_stopped, PyObject* request_type, PyObject* ready_type,
+         PyObject* disconnected_type, bridge_options options);
   bridge(const bridge&) = delete;
   bridge& operator=(const bridge&) = delete;
   /// Loop thread, GIL held, after it was detached from the loop.
@@ -180,7 +187,15 @@ class bridge final : public loop_source {
   void on_disconnect(const runtime::inbound_message& m);
   void on_drained(const runtime::inbound_message& m);
   void on_peer_eof(const runtime::inbound_message& m);
-  conn_state* conn_of(net::connection_id id) noexcept;
+  /// The app side's state of connection `id`, or NULL if it is gone (or
+  /// reused). Inline: every file of the bridge calls it per message.
+  conn_state* conn_of(net::connection_id id) noexcept {
+    if (id.slot >= conns_.size()) {
+      return nullptr;
+    }
+    conn_state& cs = conns_[id.slot];
+    return cs.generation == id.generation ? &cs : nullptr;
+  }
   request_object* find_request(conn_state& cs, std::uint32_t seq) noexcept;
 
   PyObject* build_scope(const runtime::inbound_message& m, conn_state& cs);
@@ -216,13 +231,13 @@ class bridge final : public loop_source {
   PyObject* create_future_ = nullptr;  // loop.create_future
   PyObject* scope_template_ = nullptr;
   PyObject* state_ = nullptr;
-  PyObject* none_ready_ = nullptr;     // a reusable awaitable of None
-  PyObject* last_server_ = nullptr;    // cache of scope["server"]
+  PyObject* none_ready_ = nullptr;   // a reusable awaitable of None
+  PyObject* last_server_ = nullptr;  // cache of scope["server"]
   net::socket_address last_server_addr_{};
   names n_;
   std::unordered_map<std::string, PyObject*> header_names_;
   std::vector<conn_state> conns_;
-  request_object live_{};               // sentinel of the live list
+  request_object live_{};  // sentinel of the live list
   http::date_cache dates_;
   std::string scratch_;
   std::string path_scratch_;

@@ -3,6 +3,8 @@
 import contextvars
 from typing import Any, Callable, Iterable
 
+# --- build and runtime facts (pyhost/bind_info.cpp) ---
+
 __version__: str
 PY_VERSION_BUILT: str
 
@@ -30,6 +32,10 @@ def interp_report_ready(id: int, description: str) -> None:
     """The slot's pair listens now. The slot's own interpreter."""
 def set_parent_death_signal(sig: int) -> None:
     """prctl(PR_SET_PDEATHSIG, sig) for this process (worker processes)."""
+
+# --- the event loop core (pyhost/loop/: LoopCore in loop_core.cpp with its methods in
+# loop_schedule.cpp, loop_fd_table.cpp, loop_pass.cpp; Handle and TimerHandle in loop_handle.cpp;
+# SocketTransportCore in loop_transport.cpp) ---
 
 class Handle:
     """A callback scheduled on a cadeloop loop (asyncio.Handle semantics). Made only by the loop."""
@@ -128,7 +134,8 @@ class LoopCore:
     def _attach_source(self, capsule: Any, /) -> None: ...
     def _detach_source(self) -> None: ...
 
-# --- the HTTP server (pyhost/asgi/server_core.cpp, pyhost/asgi/bridge.cpp) ---------------------------
+# --- the HTTP server (pyhost/asgi/: ServerCore in server_core.cpp; the ASGI bridge in bridge*.cpp;
+# Request, Ready and ClientDisconnected in request_type.cpp) ---
 
 class ClientDisconnected(OSError):
     """Raised by an ASGI send() once the client has gone (ASGI spec 2.4)."""

@@ -1,0 +1,400 @@
+// A request's life in the ASGI bridge, from the inbound ring to the end of
+// its task: the Request object made for a request head, its scope (one dict
+// copied from the bridge's template and filled with interned keys, a headers
+// list whose common names are cached bytes), the app called and its
+// asyncio.Task started eagerly (3.12+), so that an app that never suspends
+// is answered within the loop pass that drained the request; then the task's
+// end, the 500 (or the cut connection) for an app error, and forgetting the
+// request. The scope is built here, beside on_request, so that it inlines.
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cadeloop/http/request.hpp>
+
+#include "asgi/request_type.hpp"
+#include "py_exception.hpp"
+
+namespace cadeloop::pyhost::server {
+
+namespace {
+
+// Header names longer than this are not cached (nor are more than this many names).
+constexpr std::size_t cached_name_max_len = 48;
+constexpr std::size_t cached_names_max = 256;
+
+/// Raises `exc` again (takes the reference).
+void restore_exception(PyObject* exc) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(exc))), exc,
+                PyException_GetTraceback(exc));
+#endif
+}
+
+/// True for what must stop the loop rather than become a 500.
+bool is_fatal(PyObject* exc) {
+  return exc != nullptr && (PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt) != 0 ||
+                            PyErr_GivenExceptionMatches(exc, PyExc_SystemExit) != 0);
+}
+
+int hex_value(char c) noexcept {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+}  // namespace
+
+// --------------------------------------------------------------- arrival
+
+void bridge::on_request(runtime::inbound_message& m) {
+  if (PyErr_Occurred()) {
+    // A fatal error is pending: hand the head back unanswered; the loop stops.
+    side_.recycle(m.conn, std::move(m.head));
+    return;
+  }
+  if (m.conn.slot >= conns_.size()) {
+    conns_.resize(std::max<std::size_t>(m.conn.slot + 1, conns_.size() * 2));
+  }
+  conn_state& cs = conns_[m.conn.slot];
+  if (cs.generation != m.conn.generation) {
+    Py_CLEAR(cs.client);
+    cs = conn_state{};
+    cs.generation = m.conn.generation;
+  }
+  const http::request_head& head = *m.head;
+
+  auto* r = PyObject_GC_New(request_object, reinterpret_cast<PyTypeObject*>(request_type_));
+  if (r == nullptr) {
+    PyErr_Clear();
+    side_.abort(m.conn);
+    return;
+  }
+  r->owner = this;
+  r->task = r->receive_waiter = r->send_waiter = r->start_headers = nullptr;
+  r->conn = m.conn;
+  r->seq = m.request;
+  r->status = 0;
+  r->body = nullptr;
+  r->encoder = nullptr;
+  r->ctx.is_head = head.method() == http::request_method::head;
+  r->ctx.http_minor = head.version_minor();
+  r->ctx.client_keep_alive = head.keep_alive();
+  r->ctx.server_closing = m.info.server_closing;
+  r->has_body = m.info.has_body;
+  r->body_complete = !m.info.has_body;
+  r->body_delivered = false;
+  r->expect_continue = head.expect_continue();
+  r->continue_sent = false;
+  r->started = r->head_written = r->complete = r->disconnected = r->finished = false;
+  // Linked before anything can fail, so dealloc finds a consistent list.
+  r->live_next = &live_;
+  r->live_prev = live_.live_prev;
+  live_.live_prev->live_next = r;
+  live_.live_prev = r;
+  PyObject_GC_Track(reinterpret_cast<PyObject*>(r));
+  try {
+    r->body = new std::deque<net::byte_buffer>();
+    r->encoder =
+        new http::response_encoder(dates_, http::encoder_options{options_.server_header, true});
+    r->encoder->start(r->ctx);
+    cs.active.push_back(r);  // the connection's reference
+  } catch (const std::bad_alloc&) {
+    Py_DECREF(r);
+    side_.abort(m.conn);
+    return;
+  }
+  ++stats_.requests;
+  PyObject* scope = build_scope(m, cs);
+  side_.recycle(m.conn, std::move(m.head));
+  if (scope == nullptr) {
+    PyObject* exc = take_exception();
+    app_error(r, "cannot build the ASGI scope", exc);
+    Py_XDECREF(exc);
+    finish(r);
+    return;
+  }
+  (void)start_app(r, scope);
+}
+
+bool bridge::start_app(request_object* r, PyObject* scope) {
+  PyObject* self = reinterpret_cast<PyObject*>(r);
+  PyObject* receive = PyCFunction_NewEx(&receive_def, self, nullptr);
+  PyObject* send = PyCFunction_NewEx(&send_def, self, nullptr);
+  PyObject* coro = nullptr;
+  if (receive != nullptr && send != nullptr) {
+    PyObject* args[] = {scope, receive, send};
+    coro = PyObject_Vectorcall(app_, args, 3, nullptr);
+  }
+  Py_XDECREF(receive);
+  Py_XDECREF(send);
+  Py_DECREF(scope);
+  PyObject* task = nullptr;
+  if (coro != nullptr) {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject* args[] = {coro, loop_, Py_True};
+    task = PyObject_Vectorcall(task_factory_, args, 1, task_kwnames_);
+#else
+    task = PyObject_CallOneArg(task_factory_, coro);
+#endif
+    Py_DECREF(coro);
+  }
+  if (task == nullptr) {
+    PyObject* exc = take_exception();
+    if (is_fatal(exc)) {
+      restore_exception(exc);  // stops the loop (KeyboardInterrupt, SystemExit)
+      finish(r);
+      return false;
+    }
+    app_error(r, "Exception in ASGI application", exc);
+    Py_XDECREF(exc);
+    finish(r);
+    return true;
+  }
+  r->task = task;
+  ++active_tasks_;
+  PyObject* done = PyObject_CallMethodNoArgs(task, n_.done);
+  const int is_done = done == nullptr ? -1 : PyObject_IsTrue(done);
+  Py_XDECREF(done);
+  if (is_done > 0) {
+    ++stats_.eager_completed;
+    PyObject* res = task_done(r, task);
+    Py_XDECREF(res);
+    if (res == nullptr) {
+      PyErr_Clear();
+    }
+    return true;
+  }
+  PyObject* res =
+      is_done < 0 ? nullptr : PyObject_CallMethodOneArg(task, n_.add_done_callback, self);
+  if (res == nullptr) {
+    PyErr_Clear();
+  }
+  Py_XDECREF(res);
+  return true;
+}
+// --------------------------------------------------------------- scope
+
+PyObject* bridge::header_name(std::string_view name) {
+  if (name.size() <= cached_name_max_len) {
+    if (auto it = header_names_.find(std::string{name}); it != header_names_.end()) {
+      return Py_NewRef(it->second);
+    }
+  }
+  PyObject* b = PyBytes_FromStringAndSize(name.data(), static_cast<Py_ssize_t>(name.size()));
+  if (b != nullptr && name.size() <= cached_name_max_len &&
+      header_names_.size() < cached_names_max) {
+    try {
+      header_names_.emplace(std::string{name}, Py_NewRef(b));
+    } catch (const std::bad_alloc&) {
+      Py_DECREF(b);  // the cache's reference; not cached
+    }
+  }
+  return b;
+}
+
+PyObject* bridge::build_headers(const http::request_head& head) {
+  const http::header_block& block = head.headers();
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(block.size()));
+  if (list == nullptr) {
+    return nullptr;
+  }
+  for (std::size_t i = 0; i < block.size(); ++i) {
+    const http::header_field f = block[i];
+    PyObject* name = header_name(f.name);
+    PyObject* value =
+        PyBytes_FromStringAndSize(f.value.data(), static_cast<Py_ssize_t>(f.value.size()));
+    PyObject* pair = name != nullptr && value != nullptr ? PyTuple_Pack(2, name, value) : nullptr;
+    Py_XDECREF(name);
+    Py_XDECREF(value);
+    if (pair == nullptr) {
+      Py_DECREF(list);
+      return nullptr;
+    }
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), pair);
+  }
+  return list;
+}
+
+PyObject* bridge::address_tuple(const net::socket_address& a, bool server_side) {
+  using fam = net::socket_address::family_kind;
+  if (a.family == fam::ipv4 || a.family == fam::ipv6) {
+    const std::string host = a.host();
+    return Py_BuildValue("(s#i)", host.data(), static_cast<Py_ssize_t>(host.size()),
+                         static_cast<int>(a.port));
+  }
+  if (a.family == fam::unix_socket && server_side) {
+    return Py_BuildValue("(s#O)", options_.unix_path.data(),
+                         static_cast<Py_ssize_t>(options_.unix_path.size()), Py_None);
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs) {
+  const http::request_head& head = *m.head;
+  PyObject* scope = PyDict_Copy(scope_template_);
+  if (scope == nullptr) {
+    return nullptr;
+  }
+  auto put = [&](PyObject* key, PyObject* value) {  // steals value
+    if (value == nullptr) {
+      return false;
+    }
+    const int rc = PyDict_SetItem(scope, key, value);
+    Py_DECREF(value);
+    return rc == 0;
+  };
+  const auto mi = static_cast<std::size_t>(head.method());
+  PyObject* method =
+      mi < n_.methods.size()
+          ? Py_NewRef(n_.methods[mi])
+          : PyUnicode_FromStringAndSize(head.method_name().data(),
+                                        static_cast<Py_ssize_t>(head.method_name().size()));
+  // path: percent-decoded, then UTF-8 (invalid sequences replaced).
+  const std::string_view raw = head.path();
+  PyObject* path = nullptr;
+  if (raw.find('%') == std::string_view::npos) {
+    path = PyUnicode_DecodeUTF8(raw.data(), static_cast<Py_ssize_t>(raw.size()), "replace");
+  } else {
+    path_scratch_.clear();
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      int hi = 0;
+      int lo = 0;
+      if (raw[i] == '%' && i + 2 < raw.size() && (hi = hex_value(raw[i + 1])) >= 0 &&
+          (lo = hex_value(raw[i + 2])) >= 0) {
+        path_scratch_.push_back(static_cast<char>(hi * 16 + lo));
+        i += 2;
+      } else {
+        path_scratch_.push_back(raw[i]);
+      }
+    }
+    path = PyUnicode_DecodeUTF8(path_scratch_.data(), static_cast<Py_ssize_t>(path_scratch_.size()),
+                                "replace");
+  }
+  const std::string_view query = head.query();
+  if (cs.client == nullptr) {
+    cs.client = address_tuple(m.info.client, false);
+  }
+  if (last_server_ == nullptr ||
+      std::memcmp(&last_server_addr_, &m.info.server, sizeof m.info.server) != 0) {
+    Py_CLEAR(last_server_);
+    last_server_ = address_tuple(m.info.server, true);
+    last_server_addr_ = m.info.server;
+  }
+  const bool ok = put(n_.http_version, Py_NewRef(head.version_minor() == 0 ? n_.v10 : n_.v11)) &&
+                  put(n_.method, method) && put(n_.path, path) &&
+                  put(n_.raw_path,
+                      PyBytes_FromStringAndSize(raw.data(), static_cast<Py_ssize_t>(raw.size()))) &&
+                  put(n_.query_string, PyBytes_FromStringAndSize(
+                                           query.data(), static_cast<Py_ssize_t>(query.size()))) &&
+                  put(n_.headers, build_headers(head)) && put(n_.client, Py_XNewRef(cs.client)) &&
+                  put(n_.server, Py_XNewRef(last_server_)) &&
+                  (state_ == nullptr || put(n_.state, PyDict_Copy(state_)));
+  if (!ok) {
+    Py_DECREF(scope);
+    return nullptr;
+  }
+  return scope;
+}
+
+// --------------------------------------------------------------- completion
+
+PyObject* bridge::task_done(request_object* r, PyObject* task) {
+  if (r->finished || r->task == nullptr) {
+    Py_RETURN_NONE;
+  }
+  Py_INCREF(r);  // finish() may drop the last references
+  --active_tasks_;
+  PyObject* exc = PyObject_CallMethodNoArgs(task, n_.exception);
+  if (exc == nullptr) {
+    exc = take_exception();  // CancelledError: the task was cancelled
+  }
+  if (exc != nullptr && exc != Py_None) {
+    app_error(r, "Exception in ASGI application", exc);
+  } else if (!r->complete) {
+    app_error(r,
+              r->started ? "ASGI application returned without completing the response"
+                         : "ASGI application returned without starting a response",
+              nullptr);
+  }
+  Py_XDECREF(exc);
+  finish(r);
+  Py_DECREF(r);
+  Py_RETURN_NONE;
+}
+
+void bridge::app_error(request_object* r, const char* what, PyObject* exc) {
+  ++stats_.app_errors;
+  side_.count_app_error();
+  PyObject* res = PyObject_CallFunction(on_error_, "sO", what, exc != nullptr ? exc : Py_None);
+  if (res == nullptr) {
+    PyErr_WriteUnraisable(on_error_);
+  }
+  Py_XDECREF(res);
+  if (r->complete || r->disconnected) {
+    return;
+  }
+  r->complete = true;
+  try {
+    if (!r->head_written) {
+      scratch_.clear();
+      http::encoder_options eo{options_.server_header, true};
+      (void)http::encode_error_response(500, "Internal Server Error\n", dates_, scratch_, eo, {},
+                                        r->ctx.is_head);
+      runtime::send_options o;
+      o.end_of_response = true;
+      o.keep_alive = false;
+      o.status = 500;
+      side_.send(r->conn, r->seq, net::byte_buffer::copy_of(scratch_), o);
+    } else {
+      // Part of the response is out: only closing tells the client. What was
+      // sent is written first (the client sees a cut message), unless the
+      // client is not reading anyway.
+      const conn_state* cs = conn_of(r->conn);
+      if (cs != nullptr && !cs->waiting_drain) {
+        side_.close(r->conn);
+      } else {
+        side_.abort(r->conn);
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    PyErr_Clear();
+  }
+}
+
+void bridge::finish(request_object* r) {
+  r->finished = true;
+  PyObject* task = std::exchange(r->task, nullptr);
+  PyObject* rw = std::exchange(r->receive_waiter, nullptr);
+  PyObject* sw = std::exchange(r->send_waiter, nullptr);
+  PyObject* hdr = std::exchange(r->start_headers, nullptr);
+  r->body->clear();
+  bool owned = false;
+  if (conn_state* cs = conn_of(r->conn); cs != nullptr) {
+    auto it = std::find(cs->active.begin(), cs->active.end(), r);
+    if (it != cs->active.end()) {
+      cs->active.erase(it);
+      owned = true;
+    }
+  }
+  Py_XDECREF(task);
+  Py_XDECREF(rw);
+  Py_XDECREF(sw);
+  Py_XDECREF(hdr);
+  if (owned) {
+    Py_DECREF(r);
+  }
+}
+}  // namespace cadeloop::pyhost::server

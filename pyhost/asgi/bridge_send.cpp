@@ -1,0 +1,287 @@
+// The send side of the ASGI bridge: a request's send(), which checks each
+// http.response.start / http.response.body message, encodes the head (once
+// the first body part tells whether the length is known), frames the body
+// and stages the bytes on the outbound ring, one buffer per message; it
+// returns a Ready awaitable unless the connection's unsent output passed the
+// high mark, and then a Future resolved by the "drained" notice.
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "asgi/request_type.hpp"
+
+namespace cadeloop::pyhost::server {
+
+namespace {
+
+PyObject* request_send(PyObject* self, PyObject* message) {
+  auto* r = reinterpret_cast<request_object*>(self);
+  return r->owner == nullptr ? bridge_gone() : r->owner->send(r, message);
+}
+
+bool str_equal(PyObject* a, PyObject* interned) {
+  return a == interned || (PyUnicode_Check(a) && PyUnicode_Compare(a, interned) == 0);
+}
+
+/// `message[key]` (borrowed) or NULL without an exception when missing.
+PyObject* get_item(PyObject* message, PyObject* key) {
+  return PyDict_GetItemWithError(message, key);
+}
+}  // namespace
+
+PyMethodDef send_def = {"send", request_send, METH_O,
+                        "send(message) -> awaitable: one ASGI response message."};
+
+// --------------------------------------------------------------- send
+
+PyObject* bridge::send(request_object* r, PyObject* message) {
+  if (!PyDict_Check(message)) {
+    PyErr_Format(PyExc_TypeError, "send() takes an ASGI message dict, got %.100s",
+                 Py_TYPE(message)->tp_name);
+    return nullptr;
+  }
+  PyObject* type = get_item(message, n_.type);
+  if (type == nullptr) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "ASGI message without a 'type' key");
+    }
+    return nullptr;
+  }
+  if (r->disconnected) {
+    PyErr_SetString(disconnected_type_, "client disconnected");
+    return nullptr;
+  }
+  const bool is_start = str_equal(type, n_.response_start);
+  const bool is_body = !is_start && str_equal(type, n_.response_body);
+  if (!is_start && !is_body) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "unexpected ASGI message type %R for an HTTP request "
+                 "(expected 'http.response.start' or 'http.response.body')",
+                 type);
+    return nullptr;
+  }
+  if (r->complete) {
+    PyErr_Format(PyExc_OSError, "%R sent after the response was complete", type);
+    return nullptr;
+  }
+  return is_start ? send_start(r, message) : send_body(r, message);
+}
+
+PyObject* bridge::send_start(request_object* r, PyObject* message) {
+  if (r->started) {
+    PyErr_SetString(PyExc_RuntimeError, "'http.response.start' sent twice");
+    return nullptr;
+  }
+  PyObject* status = get_item(message, n_.status);
+  if (status == nullptr) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "'http.response.start' without a 'status'");
+    }
+    return nullptr;
+  }
+  if (!PyLong_Check(status) || PyBool_Check(status)) {
+    PyErr_Format(PyExc_TypeError, "'status' in 'http.response.start' must be an int, got %.100s",
+                 Py_TYPE(status)->tp_name);
+    return nullptr;
+  }
+  const long code = PyLong_AsLong(status);
+  if (code < 200 || code > 599) {
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_OverflowError)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError,
+                   "invalid status %R in 'http.response.start' (must be 200..599)", status);
+    }
+    return nullptr;
+  }
+  PyObject* headers = get_item(message, n_.headers);
+  PyObject* list = nullptr;
+  if (headers == nullptr) {
+    if (PyErr_Occurred()) {
+      return nullptr;
+    }
+    list = PyList_New(0);
+  } else {
+    list = PySequence_List(headers);
+    if (list == nullptr) {
+      PyErr_Format(PyExc_TypeError,
+                   "'headers' in 'http.response.start' must be an iterable, got %.100s",
+                   Py_TYPE(headers)->tp_name);
+      return nullptr;
+    }
+  }
+  if (list == nullptr) {
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
+    PyObject* item = PyList_GET_ITEM(list, i);
+    PyObject* pair = PySequence_Check(item) && !PyBytes_Check(item) && !PyUnicode_Check(item)
+                         ? PySequence_Tuple(item)
+                         : nullptr;
+    PyErr_Clear();
+    const bool good = pair != nullptr && PyTuple_GET_SIZE(pair) == 2 &&
+                      PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) &&
+                      PyBytes_Check(PyTuple_GET_ITEM(pair, 1));
+    if (!good) {
+      PyErr_Format(
+          PyExc_TypeError,
+          "header %zd in 'http.response.start' must be a (name, value) pair of bytes, got %R", i,
+          item);
+      Py_XDECREF(pair);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    PyList_SET_ITEM(list, i, pair);  // replaces item, whose reference the list held
+    Py_DECREF(item);
+  }
+  r->started = true;
+  r->status = static_cast<unsigned>(code);
+  Py_XSETREF(r->start_headers, list);
+  return Py_NewRef(none_ready_);
+}
+
+bool bridge::encode_head(request_object* r, std::optional<std::uint64_t> body_size) {
+  std::vector<http::header_field> fields;
+  PyObject* list = r->start_headers;
+  const Py_ssize_t n = list == nullptr ? 0 : PyList_GET_SIZE(list);
+  fields.reserve(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* pair = PyList_GET_ITEM(list, i);
+    PyObject* name = PyTuple_GET_ITEM(pair, 0);
+    PyObject* value = PyTuple_GET_ITEM(pair, 1);
+    fields.push_back(
+        {{PyBytes_AS_STRING(name), static_cast<std::size_t>(PyBytes_GET_SIZE(name))},
+         {PyBytes_AS_STRING(value), static_cast<std::size_t>(PyBytes_GET_SIZE(value))}});
+  }
+  http::response_head head;
+  head.status = r->status;
+  head.headers = fields;
+  head.body_size = body_size;
+  const http::encode_status st = r->encoder->write_head(head, scratch_);
+  if (!st.ok()) {
+    PyErr_Format(PyExc_ValueError, "%s in 'http.response.start'", st.message().c_str());
+    return false;
+  }
+  r->head_written = true;
+  Py_CLEAR(r->start_headers);
+  return true;
+}
+
+PyObject* bridge::send_body(request_object* r, PyObject* message) {
+  if (!r->started) {
+    PyErr_SetString(PyExc_RuntimeError, "'http.response.body' sent before 'http.response.start'");
+    return nullptr;
+  }
+  PyObject* body = get_item(message, n_.body);
+  if (body == nullptr && PyErr_Occurred()) {
+    return nullptr;
+  }
+  PyObject* more_obj = get_item(message, n_.more_body);
+  if (more_obj == nullptr && PyErr_Occurred()) {
+    return nullptr;
+  }
+  const int more = more_obj == nullptr ? 0 : PyObject_IsTrue(more_obj);
+  if (more < 0) {
+    return nullptr;
+  }
+  Py_buffer view{};
+  if (body != nullptr && PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "'body' in 'http.response.body' must be bytes, got %.100s",
+                 Py_TYPE(body)->tp_name);
+    return nullptr;
+  }
+  if (body != nullptr && PyUnicode_Check(body)) {
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_TypeError, "'body' in 'http.response.body' must be bytes, got str");
+    return nullptr;
+  }
+  const auto size = static_cast<std::size_t>(body == nullptr ? 0 : view.len);
+  const char* data = body == nullptr ? nullptr : static_cast<const char*>(view.buf);
+  auto release = [&] {
+    if (body != nullptr) {
+      PyBuffer_Release(&view);
+    }
+  };
+  scratch_.clear();
+  const bool with_head = !r->head_written;  // this send carries the head: it carries the status too
+  if (!r->head_written &&
+      !encode_head(r, more ? std::nullopt
+                           : std::optional<std::uint64_t>{static_cast<std::uint64_t>(size)})) {
+    release();
+    return nullptr;
+  }
+  const http::body_part_framing f = r->encoder->frame_body_part(size, scratch_);
+  if (!f.status.ok()) {
+    release();
+    PyErr_Format(PyExc_ValueError, "%s in 'http.response.body'", f.status.message().c_str());
+    return nullptr;
+  }
+  std::string tail{f.after_body};
+  if (!more) {
+    const http::encode_status st = r->encoder->finish({}, tail);
+    if (!st.ok()) {
+      release();
+      PyErr_Format(PyExc_ValueError, "%s in 'http.response.body'", st.message().c_str());
+      return nullptr;
+    }
+  }
+  const std::size_t body_len = f.send_body ? size : 0;
+  bool wait = false;
+  try {
+    net::byte_buffer out{scratch_.size() + body_len + tail.size()};
+    char* at = out.data();
+    if (!scratch_.empty()) {
+      std::memcpy(at, scratch_.data(), scratch_.size());
+      at += scratch_.size();
+    }
+    if (body_len != 0) {
+      std::memcpy(at, data, body_len);
+      at += body_len;
+    }
+    if (!tail.empty()) {
+      std::memcpy(at, tail.data(), tail.size());
+    }
+    release();
+    conn_state* cs = conn_of(r->conn);
+    runtime::send_options o;
+    o.end_of_response = !more;
+    o.keep_alive = r->encoder->keep_alive();
+    o.status = with_head ? static_cast<std::uint16_t>(r->status) : std::uint16_t{0};
+    if (cs != nullptr) {
+      cs->sent_since_notice += out.size();
+      if (cs->sent_since_notice >= options_.send_high_mark && !cs->waiting_drain) {
+        cs->waiting_drain = true;
+        o.notify_drained = true;
+      }
+      wait = cs->waiting_drain && more;
+    }
+    if (!out.empty() || o.end_of_response) {
+      side_.send(r->conn, r->seq, std::move(out), o);
+    }
+  } catch (const std::bad_alloc&) {
+    release();
+    return PyErr_NoMemory();
+  }
+  if (!more) {
+    r->complete = true;
+    // A receive() waiting for the end learns it now. The waiter is tested
+    // here so that the common end of a response makes no call to
+    // bridge_receive.cpp.
+    if (r->body_delivered && r->receive_waiter != nullptr) {
+      wake_receiver(r);
+    }
+    return Py_NewRef(none_ready_);
+  }
+  if (!wait) {
+    return Py_NewRef(none_ready_);
+  }
+  ++stats_.drain_waits;
+  PyObject* fut = PyObject_CallNoArgs(create_future_);
+  if (fut == nullptr) {
+    return nullptr;
+  }
+  Py_XSETREF(r->send_waiter, Py_NewRef(fut));
+  return fut;
+}
+}  // namespace cadeloop::pyhost::server

@@ -1,0 +1,30 @@
+#pragma once
+// Private to the bridge's files (bridge*.cpp, request_type.cpp): the parts of
+// the Request and Ready types that more than one of them uses. Loop thread,
+// GIL held, like everything of the bridge.
+
+#include "asgi/bridge.hpp"
+
+namespace cadeloop::pyhost::server {
+
+/// An awaitable whose result is already known (cadeloop._core.Ready):
+/// `await` returns `value` at once, without a Future and without suspending
+/// the task. Made by the bridge; freed by whichever reference goes last.
+struct ready_object {
+  PyObject_HEAD PyObject* value;  // strong
+};
+
+/// A request's receive() and send(), bound to the request object per request
+/// (PyCFunction_NewEx). Defined beside the bridge's receive (bridge_receive.cpp)
+/// and send (bridge_send.cpp), so that each call reaches the bridge with no
+/// extra call.
+extern PyMethodDef receive_def;
+extern PyMethodDef send_def;
+
+/// The error of a receive()/send() whose bridge is gone; returns NULL.
+inline PyObject* bridge_gone() {
+  PyErr_SetString(PyExc_OSError, "the server is gone");
+  return nullptr;
+}
+
+}  // namespace cadeloop::pyhost::server

@@ -1,0 +1,106 @@
+#pragma once
+// Private to pyhost/loop: LoopCore's C methods, defined by area in
+// loop_schedule.cpp (call_soon, timers, futures and tasks), loop_fd_table.cpp
+// (readers, writers, transports in the fd table) and loop_pass.cpp (one pass:
+// poll, spin, park, run the ready callbacks), and gathered into the type's
+// method table by loop_core.cpp; and the few helpers those files share.
+//
+// A function called once per callback stays in the file of its caller (the
+// pass's helpers in loop_pass.cpp, make_handle beside call_soon), or is
+// inline here, so splitting the files costs the hot paths no call.
+
+#include <time.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <limits>
+#include <system_error>
+
+#include "loop/loop_core.hpp"
+
+namespace cadeloop::pyhost::loop {
+
+/// epoll token of the parker's eventfd; fds use their own number.
+inline constexpr std::uint64_t wake_token = std::numeric_limits<std::uint64_t>::max();
+/// epoll token of an attached loop_source's eventfd.
+inline constexpr std::uint64_t source_token = wake_token - 1;
+/// The longest single poll, as asyncio's MAXIMUM_SELECT_TIMEOUT (one day).
+inline constexpr double max_poll_seconds = 24 * 3600.0;
+
+/// The loop's clock: CLOCK_MONOTONIC in seconds, as time.monotonic(). Any thread.
+inline double monotonic_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+/// Raises RuntimeError("Event loop is closed"); returns NULL.
+inline PyObject* closed_error() {
+  PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+  return nullptr;
+}
+
+/// Raises the OSError for `ec`; returns NULL.
+inline PyObject* os_error(const std::error_code& ec) {
+  errno = ec.value();
+  return PyErr_SetFromErrno(PyExc_OSError);
+}
+
+/// Moves what other threads queued onto the ready queue, in their order. Loop thread.
+inline void drain_xthread(loop_state& st) {
+  st.xthread_items += st.xthread.drain([&](PyObject*&& h) noexcept { st.ready.push_back(h); });
+}
+
+/// A callback, its arguments and the context to run it in, as a method's
+/// vectorcall arguments hold them (borrowed).
+struct call_args {
+  PyObject* callback = nullptr;
+  PyObject* const* args = nullptr;
+  Py_ssize_t nargs = 0;
+  PyObject* context = nullptr;  // borrowed; NULL means copy the current one
+};
+
+/// Makes a Handle (type == st.handle_type) or the handle part of a
+/// TimerHandle (st.timer_type) for `a`; returns a new reference, untracked by
+/// the cycle collector (see release_handle()). Loop thread (loop_schedule.cpp).
+PyObject* make_handle(PyObject* self, loop_state& st, PyObject* type, const call_args& a);
+
+/// Drops the reader (writer) of `fileobj` and cancels its handle, or stops a
+/// transport reading; returns True/False as asyncio's _remove_reader does.
+/// Loop thread (loop_fd_table.cpp).
+PyObject* remove_interest(PyObject* self, PyObject* fileobj, bool writer);
+
+// --- loop_schedule.cpp: scheduling callbacks, timers, futures and tasks
+PyObject* loop_call_soon(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                         PyObject* kwnames);
+PyObject* loop_call_soon_threadsafe(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                                    PyObject* kwnames);
+PyObject* loop_call_later(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                          PyObject* kwnames);
+PyObject* loop_call_at(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+PyObject* loop_time(PyObject* self, PyObject* unused);
+PyObject* loop_get_debug(PyObject* self, PyObject* unused);
+PyObject* loop_create_future(PyObject* self, PyObject* unused);
+PyObject* loop_create_task(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                           PyObject* kwnames);
+PyObject* loop_add_callback(PyObject* self, PyObject* handle);
+PyObject* loop_timer_handle_cancelled(PyObject* self, PyObject* handle);
+PyObject* loop_wake(PyObject* self, PyObject* unused);
+
+// --- loop_fd_table.cpp: readers, writers and transports by fd
+PyObject* loop_add_reader(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_add_writer(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_remove_reader(PyObject* self, PyObject* fileobj);
+PyObject* loop_remove_writer(PyObject* self, PyObject* fileobj);
+PyObject* loop_fd_key(PyObject* self, PyObject* fileobj);
+PyObject* loop_fd_list(PyObject* self, PyObject* unused);
+PyObject* loop_make_transport_core(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+
+// --- loop_pass.cpp: one pass of the loop, spinning and parking, the source
+PyObject* loop_run_once(PyObject* self, PyObject* unused);
+PyObject* loop_run_until_stopped(PyObject* self, PyObject* unused);
+PyObject* loop_set_spin(PyObject* self, PyObject* args);
+PyObject* loop_attach_source(PyObject* self, PyObject* capsule);
+PyObject* loop_detach_source(PyObject* self, PyObject* unused);
+
+}  // namespace cadeloop::pyhost::loop

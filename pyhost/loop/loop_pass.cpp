@@ -1,0 +1,365 @@
+// One pass of LoopCore (asyncio's _run_once, in C++): drain the cross-thread
+// queue and the attached loop_source, decide the poll timeout, spin or park
+// (check before park against both the queue and the source), poll epoll,
+// queue what it reported and the due timers, then run exactly the callbacks
+// that were ready; flush the pass's writes and let the source publish. Also
+// run_forever's inner loop, the spin setting and attaching a source. Every
+// helper of the pass is in this file so that it inlines into the pass.
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "cadeloop/runtime/cpu_relax.hpp"
+#include "loop/loop_methods.hpp"
+
+namespace cadeloop::pyhost::loop {
+
+namespace {
+
+/// Queues the reader/writer handles for the events epoll reported.
+/// Returns whether the parker's eventfd was among them. -1 on error.
+int dispatch_events(PyObject* self, loop_state& st, int n) {
+  int signalled = 0;
+  for (int i = 0; i < n; ++i) {
+    const epoll_event& ev = st.events[static_cast<std::size_t>(i)];
+    if (ev.data.u64 == wake_token) {
+      signalled = 1;
+      continue;
+    }
+    if (ev.data.u64 == source_token) {
+      st.source_signalled = true;
+      continue;
+    }
+    const auto fd = static_cast<std::size_t>(ev.data.u64);
+    if (fd >= st.fds.size() || st.fds[fd].events == 0) {
+      continue;  // unregistered since the poll
+    }
+    if (PyObject* to = st.fds[fd].transport; to != nullptr) {
+      // The transport runs from the ready queue like a reader handle would,
+      // once per pass however many events it got.
+      auto* t = reinterpret_cast<transport_object*>(to);
+      std::uint32_t mine = 0;
+      if (t->want_read && (ev.events & ~static_cast<std::uint32_t>(EPOLLOUT)) != 0) {
+        mine |= EPOLLIN;
+      }
+      if (t->want_write && (ev.events & ~static_cast<std::uint32_t>(EPOLLIN)) != 0) {
+        mine |= EPOLLOUT;
+      }
+      if (mine != 0) {
+        t->pending |= mine;
+        if (!t->queued) {
+          t->queued = true;
+          st.ready.push_back(Py_NewRef(to));
+        }
+      }
+    }
+    // As selectors.EpollSelector: anything but "only writable" wakes the
+    // reader, anything but "only readable" wakes the writer (errors, hangups).
+    for (const bool writer : {false, true}) {
+      const std::uint32_t others =
+          writer ? ~static_cast<std::uint32_t>(EPOLLIN) : ~static_cast<std::uint32_t>(EPOLLOUT);
+      if ((ev.events & others) == 0) {
+        continue;
+      }
+      PyObject* h = writer ? st.fds[fd].writer : st.fds[fd].reader;
+      if (h == nullptr) {
+        continue;
+      }
+      if (reinterpret_cast<handle_object*>(h)->cancelled) {
+        PyObject* fdo = PyLong_FromSize_t(fd);
+        if (fdo == nullptr) {
+          return -1;
+        }
+        PyObject* r = remove_interest(self, fdo, writer);
+        Py_DECREF(fdo);
+        if (r == nullptr) {
+          return -1;
+        }
+        Py_DECREF(r);
+      } else {
+        st.ready.push_back(Py_NewRef(h));
+      }
+    }
+  }
+  return signalled;
+}
+
+int timeout_ms_for(double seconds) {
+  seconds = std::min(seconds, max_poll_seconds);
+  // Rounded up, as asyncio does, so a wake-up never comes before the timer is due.
+  return static_cast<int>(std::ceil(seconds * 1e3));
+}
+
+/// Spin before park: with the GIL released, watch the cross-thread queue and
+/// (if there are fds) poll without blocking, for up to spin_us. Returns the
+/// number of poll events found (>= 0), or -1 for "work arrived in the queue".
+int spin(loop_state& st, int timeout_ms) {
+  const double budget = std::min(static_cast<double>(st.spin_us) * 1e-6,
+                                 timeout_ms < 0 ? max_poll_seconds : timeout_ms * 1e-3);
+  const double deadline = monotonic_now() + budget;
+  int found = 0;
+  Py_BEGIN_ALLOW_THREADS for (unsigned i = 0;; ++i) {
+    if (!st.xthread.empty()) {
+      found = -1;
+      break;
+    }
+    if (st.fds_registered > 0 && i % 16 == 15) {
+      const int n = st.poller.wait(st.events, 0);
+      if (n != 0) {
+        found = n;
+        break;
+      }
+    }
+    if (monotonic_now() >= deadline) {
+      break;
+    }
+    runtime::cpu_relax();
+  }
+  Py_END_ALLOW_THREADS return found;
+}
+
+bool should_spin(loop_state& st) {
+  if (st.spin_us == 0) {
+    return false;
+  }
+  if (!st.adaptive_spin || st.spin_misses_in_row < 8) {
+    return true;
+  }
+  // Adaptive: after a run of fruitless spins, spin only every 16th park to
+  // notice when traffic comes back.
+  return ++st.parks_since_probe % 16 == 0;
+}
+
+}  // namespace
+
+/// One pass of the loop, with asyncio's _run_once semantics: poll (blocking
+/// only if nothing is ready), queue I/O callbacks and due timers, then run
+/// exactly the callbacks that were ready at that point.
+PyObject* loop_run_once(PyObject* self, PyObject*) {
+  loop_state& st = state_of(self);
+  if (st.released) {
+    return closed_error();
+  }
+  ++st.ticks;
+  drain_xthread(st);
+  // Writes made while the loop was not running (before run_forever, between
+  // run_until_complete calls) have not been flushed yet.
+  if (!st.flush_list.empty() && flush_transports(st) < 0) {
+    return nullptr;
+  }
+
+  // The source runs after the cross-thread queue; work it handled (eager
+  // tasks, callbacks scheduled) means no sleep this pass.
+  int sourced = 0;
+  if (st.source != nullptr && (sourced = st.source->run()) < 0) {
+    return nullptr;
+  }
+  int timeout_ms = -1;
+  if (!st.ready.empty() || st.stopping || sourced > 0) {
+    timeout_ms = 0;
+  } else if (!st.timers.empty()) {
+    const double delay = st.timers.top_when() - monotonic_now();
+    timeout_ms = delay <= 0 ? 0 : timeout_ms_for(delay);
+  }
+
+  int n = 0;
+  bool parked = false;
+  if (timeout_ms != 0 && should_spin(st)) {
+    ++st.spins;
+    n = spin(st, timeout_ms);
+    if (n != 0) {
+      ++st.spin_hits;
+      st.spin_misses_in_row = 0;
+      if (n < 0) {
+        n = 0;
+      }
+      timeout_ms = 0;
+      ++st.polls;
+    } else {
+      ++st.spin_misses_in_row;
+    }
+  }
+  if (timeout_ms != 0) {
+    // Check before park, consumer side: announce the sleep, then look at the
+    // cross-thread queue once more; a producer that pushed before the
+    // announcement is seen here, one that pushes after sees `parked`.
+    // Python producers of this interpreter hold its GIL, which this thread
+    // keeps until the poll below, so for them the GIL alone orders push and
+    // park; the re-check is what keeps producers that do not take this GIL
+    // (C++ threads, the I/O thread's ring) from losing a wake-up.
+    // An attached source announces on its own parker after ours and
+    // re-checks its own ring; if it found work, ours is withdrawn.
+    bool may_sleep = st.parker.try_park([&] { return !st.xthread.empty(); });
+    if (may_sleep && st.source != nullptr && !st.source->try_park()) {
+      st.parker.cancel_park();
+      may_sleep = false;
+    }
+    if (may_sleep) {
+      parked = true;
+      ++st.parks;
+    } else {
+      timeout_ms = 0;
+    }
+  }
+  if (parked) {
+    Py_BEGIN_ALLOW_THREADS n = st.poller.wait(st.events, timeout_ms);
+    Py_END_ALLOW_THREADS++ st.polls;
+  } else if (timeout_ms == 0 && n == 0) {
+    if (st.fds_registered == 0) {
+      // Nothing to poll for: the cross-thread queue is read directly, so a
+      // non-blocking poll could only find the eventfd. Skip the system call.
+      ++st.polls_elided;
+    } else {
+      n = st.poller.wait(st.events, 0);
+      ++st.polls;
+    }
+  }
+  st.source_signalled = false;
+  if (n < 0) {
+    if (parked) {
+      st.parker.unpark(false);
+      if (st.source != nullptr) {
+        st.source->unpark(false);
+      }
+    }
+    errno = -n;
+    return PyErr_SetFromErrno(PyExc_OSError);
+  }
+  const int signalled = dispatch_events(self, st, n);
+  if (parked) {
+    st.parker.unpark(signalled > 0);
+    if (st.source != nullptr) {
+      st.source->unpark(st.source_signalled);
+    }
+  }
+  if (signalled < 0) {
+    return nullptr;
+  }
+  // An interrupted poll returns no events; let Python run its signal
+  // handlers now (KeyboardInterrupt leaves run_forever from here).
+  if (parked && PyErr_CheckSignals() < 0) {
+    return nullptr;
+  }
+  drain_xthread(st);
+  if (st.source != nullptr && st.source->run() < 0) {
+    return nullptr;
+  }
+
+  // Due timers, in deadline order; the heap's reference moves to the queue.
+  const double end_time = monotonic_now() + 1e-9;
+  while (!st.timers.empty() && st.timers.top_when() < end_time) {
+    timer_handle_object* t = st.timers.pop();
+    st.ready.push_back(reinterpret_cast<PyObject*>(t));
+    ++st.timers_fired;
+  }
+
+  // Only what is ready now; callbacks scheduled by these run next pass.
+  for (std::size_t todo = st.ready.size(); todo > 0 && !st.ready.empty(); --todo) {
+    PyObject* item = st.ready.front();
+    st.ready.pop_front();
+    int rc = 0;
+    if (reinterpret_cast<PyObject*>(Py_TYPE(item)) == st.transport_type) {
+      rc = transport_run_ready(st, reinterpret_cast<transport_object*>(item));
+    } else if (is_own_handle(st, item)) {
+      auto* h = reinterpret_cast<handle_object*>(item);
+      if (!h->cancelled) {
+        ++st.callbacks_dispatched;
+        if (st.debug) {
+          PyObject* r = PyObject_CallMethod(self, "_cadeloop_run_debug", "O", item);
+          rc = r == nullptr ? -1 : 0;
+          Py_XDECREF(r);
+        } else {
+          rc = run_handle(h);
+        }
+      }
+    } else {
+      // A handle made by asyncio's Python code (signal handlers).
+      ++st.callbacks_dispatched;
+      PyObject* r = PyObject_CallMethod(self, "_cadeloop_run_foreign", "O", item);
+      rc = r == nullptr ? -1 : 0;
+      Py_XDECREF(r);
+    }
+    release_handle(st, item);
+    if (rc < 0) {
+      return nullptr;
+    }
+  }
+  // The writes this pass made go out now, one send per transport, before
+  // the next poll.
+  if (!st.flush_list.empty() && flush_transports(st) < 0) {
+    return nullptr;
+  }
+  if (st.source != nullptr) {
+    st.source->end_of_pass();  // one published batch per pass
+  }
+  Py_RETURN_NONE;
+}
+
+/// _attach_source(capsule): joins a loop_source (capsule "cadeloop.loop_source",
+/// whose context is the owner to keep alive) to every pass. Loop thread.
+PyObject* loop_attach_source(PyObject* self, PyObject* capsule) {
+  loop_state& st = state_of(self);
+  auto* src = static_cast<loop_source*>(PyCapsule_GetPointer(capsule, "cadeloop.loop_source"));
+  if (src == nullptr) {
+    return nullptr;
+  }
+  if (st.source != nullptr || st.closed) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    st.closed ? "Event loop is closed" : "a source is already attached");
+    return nullptr;
+  }
+  if (const std::error_code ec = st.poller.add(src->fd(), runtime::poller::readable, source_token);
+      ec) {
+    return os_error(ec);
+  }
+  PyObject* owner = static_cast<PyObject*>(PyCapsule_GetContext(capsule));
+  st.source = src;
+  st.source_owner = Py_NewRef(owner != nullptr ? owner : capsule);
+  Py_RETURN_NONE;
+}
+
+/// _detach_source(): the attached source leaves the loop (no-op if none). Loop thread.
+PyObject* loop_detach_source(PyObject* self, PyObject*) {
+  loop_state& st = state_of(self);
+  if (st.source != nullptr) {
+    (void)st.poller.remove(st.source->fd());
+    st.source = nullptr;
+    Py_XDECREF(std::exchange(st.source_owner, nullptr));  // last: a finaliser may re-enter the loop
+  }
+  Py_RETURN_NONE;
+}
+
+/// _run_until_stopped(): run_forever's inner loop (passes until stop()),
+/// without a Python frame per pass. Signal handlers still run between passes,
+/// as they would between the bytecodes of asyncio's own loop.
+PyObject* loop_run_until_stopped(PyObject* self, PyObject*) {
+  loop_state& st = state_of(self);
+  for (;;) {
+    PyObject* r = loop_run_once(self, nullptr);
+    if (r == nullptr) {
+      return nullptr;
+    }
+    Py_DECREF(r);
+    if (st.stopping) {
+      break;
+    }
+    if (PyErr_CheckSignals() < 0) {
+      return nullptr;
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* loop_set_spin(PyObject* self, PyObject* args) {
+  unsigned int spin_us = 0;
+  int adaptive = 0;
+  if (!PyArg_ParseTuple(args, "Ip", &spin_us, &adaptive)) {
+    return nullptr;
+  }
+  loop_state& st = state_of(self);
+  st.spin_us = spin_us;
+  st.adaptive_spin = adaptive != 0;
+  Py_RETURN_NONE;
+}
+
+}  // namespace cadeloop::pyhost::loop
