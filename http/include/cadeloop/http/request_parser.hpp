@@ -207,8 +207,15 @@ class request_parser {
 
   int fail(std::uint16_t status, const char* reason) noexcept;
   int fail_internal() noexcept;
-  [[nodiscard]] bool within_limits(const char* at, std::size_t len) const noexcept;
-  int check_head_span(const char* at, std::size_t len) noexcept;
+  // Whether a head span ending at at + len is within the limits: the same
+  // verdict as comparing its stream position with limit_end_, both sides
+  // shifted by the address of the feed's first byte.
+  [[nodiscard]] bool within_limits(const char* at, std::size_t len) const noexcept {
+    return reinterpret_cast<std::uintptr_t>(at) + len <= limit_addr_;
+  }
+  int check_head_span(const char* at, std::size_t len) noexcept {
+    return within_limits(at, len) ? 0 : check_head_limits_slow(stream_pos(at) + len);
+  }
   [[gnu::noinline]] int check_head_limits_slow(std::uint64_t end) noexcept;
   [[nodiscard]] std::uint16_t head_limit_violation(std::uint64_t end, const char** reason) const noexcept;
   void classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos) noexcept;
