@@ -18,15 +18,6 @@ using namespace detail;
 
 namespace {
 
-template <std::size_t Cap>
-void append_capped(char (&buf)[Cap], std::uint8_t& n, const char* at, std::size_t len) noexcept {
-  if (n < Cap) {
-    std::memcpy(buf + n, at, std::min<std::size_t>(len, Cap - n));
-  }
-  n = static_cast<std::uint8_t>(std::min<std::size_t>(n + len, Cap + 1));
-}
-
-
 request_method to_request_method(llhttp_method_t m) noexcept {
   switch (m) {
     case HTTP_GET:
@@ -83,6 +74,10 @@ int request_parser::data_trampoline(llhttp_t* parser, const char* at, std::size_
   }
 }
 
+// A head's fields and its protocol and version have no callbacks: llhttp
+// validates them, and scan_head_fields() and on_version_complete() read
+// them from the head's bytes (see head_fields.cpp). Three callbacks per
+// field were most of the cost of a typical head.
 const llhttp_settings_t& request_parser::settings() noexcept {
   static const llhttp_settings_t instance = [] {
     llhttp_settings_t s;
@@ -91,12 +86,7 @@ const llhttp_settings_t& request_parser::settings() noexcept {
     s.on_method = &data_trampoline<&request_parser::on_method>;
     s.on_url = &data_trampoline<&request_parser::on_url>;
     s.on_url_complete = &trampoline<&request_parser::on_url_complete>;
-    s.on_protocol = &data_trampoline<&request_parser::on_protocol>;
-    s.on_version = &data_trampoline<&request_parser::on_version>;
     s.on_version_complete = &trampoline<&request_parser::on_version_complete>;
-    s.on_header_field = &data_trampoline<&request_parser::on_header_field>;
-    s.on_header_value = &data_trampoline<&request_parser::on_header_value>;
-    s.on_header_value_complete = &trampoline<&request_parser::on_header_value_complete>;
     s.on_headers_complete = &trampoline<&request_parser::on_headers_complete>;
     s.on_body = &data_trampoline<&request_parser::on_body>;
     s.on_chunk_header = &trampoline<&request_parser::on_chunk_header>;
@@ -110,28 +100,15 @@ const llhttp_settings_t& request_parser::settings() noexcept {
   return instance;
 }
 
-// How a head is parsed. Most heads arrive in one read, and for those three
-// llhttp callbacks per header field (name, value, end of value) are most of
-// the cost. So each head starts with head_in_one_piece_settings(), which has
-// none of them: llhttp still validates every byte, and at the end of the head
-// scan_head_fields() reads the fields from the input in one pass, making the
-// same checks at the same stream positions the callbacks would have, and
-// copies the head to its arena once. If the input ends inside the head, or
-// llhttp or a callback rejects it, nothing of the fast path is trusted:
-// reparse_head() parses the head again from its first byte with every
-// callback (which then also carry it over to the next feed), so those cases
-// behave exactly as with every callback from the start.
-const llhttp_settings_t& request_parser::head_in_one_piece_settings() noexcept {
-  // The same minus the three per-field callbacks, which are most of the cost
-  // of a typical head (scan_head_fields() does their work in one pass), and
-  // the protocol and version spans (read_protocol_and_version()).
+// After the last chunk of a chunked body: the same plus the field callbacks,
+// which there report trailer fields (rare, after the body, often in another
+// feed; they are copied as they arrive).
+const llhttp_settings_t& request_parser::trailer_settings() noexcept {
   static const llhttp_settings_t instance = [] {
     llhttp_settings_t s = settings();
-    s.on_header_field = nullptr;
-    s.on_header_value = nullptr;
-    s.on_header_value_complete = nullptr;
-    s.on_protocol = nullptr;  // read by read_protocol_and_version
-    s.on_version = nullptr;
+    s.on_header_field = &data_trampoline<&request_parser::on_trailer_field>;
+    s.on_header_value = &data_trampoline<&request_parser::on_trailer_value>;
+    s.on_header_value_complete = &trampoline<&request_parser::on_trailer_value_complete>;
     return s;
   }();
   return instance;
@@ -164,8 +141,6 @@ void request_parser::reset() noexcept {
   feed_begin_ = nullptr;
   feed_end_ = nullptr;
   stream_base_ = 0;
-  one_piece_ = false;
-  reparsing_ = false;
   start_message();
 }
 
@@ -195,7 +170,6 @@ void request_parser::recycle_head(std::unique_ptr<request_head> head) {
   head->clear();
   free_heads_.push_back(std::move(head));
 }
-
 
 std::unique_ptr<header_block> request_parser::take_trailers(const parse_event& event) noexcept {
   if (event.kind != parse_event_kind::message_complete || event.trailers == nullptr ||
@@ -285,8 +259,11 @@ void request_parser::start_message() noexcept {
   url_open_ = false;
   set_limit_end(UINT64_MAX);
   head_base_ = nullptr;
-  head_begin_ = nullptr;
-  version_end_ = nullptr;
+  head_bytes_ = nullptr;
+  head_end_ = nullptr;
+  head_readable_ = nullptr;
+  fields_off_ = 0;
+  head_cut_ = false;
   in_field_ = false;
   in_value_ = false;
   te_seen_ = false;
@@ -297,8 +274,6 @@ void request_parser::start_message() noexcept {
   trailers_over_ = false;
   host_count_ = 0;
   chunked_count_ = 0;
-  protocol_len_ = 0;
-  version_len_ = 0;
   body_declared_ = 0;
   chunk_ext_bytes_ = 0;
   trailer_bytes_ = 0;
@@ -331,39 +306,49 @@ feed_result request_parser::feed(std::string_view input) noexcept {
   feed_begin_ = input.data();
   feed_end_ = input.data() + input.size();
   limit_addr_ = limit_address();
-  // Which heads to parse one_piece_: a head cut by the end of the input would
-  // be parsed twice (reparse_head), so only those expected to end in it. An
-  // input that ends with an empty line ends with a complete head or body; in
-  // any other, a head that starts 4 KiB or more before its end.
-  constexpr std::size_t far_from_the_end = 4096;
-  one_piece_before_ = input.ends_with("\r\n\r\n") ? feed_end_
-                      : input.size() > far_from_the_end ? feed_end_ - far_from_the_end
-                                                        : input.data();
-  llhttp_errno_t err = llhttp_execute(&parser_, input.data(), input.size());
-  if (one_piece_ && phase_ == phase::head) [[unlikely]] {
-    err = reparse_head(err);
+  try {
+    if (phase_ == phase::head && head_start_known_) {
+      keep_head_input();  // a head carried over from the last feed
+    }
+  } catch (...) {
+    fail_internal();
+    state_ = state::failed;
+    return {feed_status::error, 0};
   }
+  const llhttp_errno_t err = llhttp_execute(&parser_, input.data(), input.size());
   if (err == HPE_OK) {
-    stream_base_ += input.size();
-    if (head_base_ != nullptr) {
-      // The head goes on in the next feed: its bytes so far must outlive this input.
+    if (phase_ == phase::head && head_start_known_) {
+      // The head goes on in the next feed: keep its bytes, check what of it arrived.
+      int rc = 0;
       try {
-        materialize_head(feed_end_);
+        rc = end_feed_in_head();
       } catch (...) {
-        fail_internal();
-        head_base_ = nullptr;
+        rc = fail_internal();
+      }
+      if (rc != 0) {
         state_ = state::failed;
+        stream_base_ += input.size();
         return {feed_status::error, input.size()};
       }
     }
+    stream_base_ += input.size();
     return {feed_status::ok, input.size()};
+  }
+  const char* const error_at = llhttp_get_error_pos(&parser_);
+  if (phase_ == phase::head && head_start_known_ && error_.status == 0 && err != HPE_PAUSED &&
+      error_at != nullptr && error_at >= input.data() && error_at <= feed_end_) {
+    // llhttp rejected a byte of the head: the lines it finished before get their checks first.
+    try {
+      (void)scan_before_error(error_at);
+    } catch (...) {
+      fail_internal();
+    }
   }
   head_base_ = nullptr;  // whatever stopped llhttp, no head is open past this input
 
   std::size_t consumed = 0;
-  if (const char* pos = llhttp_get_error_pos(&parser_);
-      pos != nullptr && pos >= input.data() && pos <= input.data() + input.size()) {
-    consumed = static_cast<std::size_t>(pos - input.data());
+  if (error_at != nullptr && error_at >= input.data() && error_at <= feed_end_) {
+    consumed = static_cast<std::size_t>(error_at - input.data());
   }
   stream_base_ += consumed;
 
@@ -386,30 +371,6 @@ feed_result request_parser::feed(std::string_view input) noexcept {
   return {feed_status::error, consumed};
 }
 
-llhttp_errno_t request_parser::reparse_head(llhttp_errno_t first) noexcept {
-  // The head that began in this input was parsed without field callbacks and
-  // did not end in it (the input ran out, or llhttp or a callback rejected
-  // it). Parse it again from its first byte with every callback: the fields
-  // are then stored for the next feed to continue, or the verdict is exactly
-  // that of a parse with every callback. A new llhttp parser over the same
-  // bytes behaves as the first pass did: llhttp resets its per-message state
-  // when a message starts, and no lenient flag is ever set.
-  one_piece_ = false;
-  parser_.settings = const_cast<llhttp_settings_t*>(&settings());
-  if (head_begin_ == nullptr) {
-    return first;  // the method has not even been reported: nothing was missed
-  }
-  const char* from = head_begin_;
-  --heads_used_;  // on_message_begin takes the same slot, and head, again
-  error_ = {};
-  llhttp_init(&parser_, HTTP_REQUEST, &settings());
-  parser_.data = this;
-  reparsing_ = true;
-  const llhttp_errno_t err = llhttp_execute(&parser_, from, static_cast<std::size_t>(feed_end_ - from));
-  reparsing_ = false;
-  return err;
-}
-
 int request_parser::fail(std::uint16_t status, const char* reason) noexcept {
   error_ = {status, reason, true};
   llhttp_set_error_reason(&parser_, reason);
@@ -420,7 +381,8 @@ int request_parser::fail_internal() noexcept {
   return fail(500, "internal error while parsing the request");
 }
 
-std::uint16_t request_parser::head_limit_violation(std::uint64_t end, const char** reason) const noexcept {
+std::uint16_t request_parser::head_limit_violation(std::uint64_t end,
+                                                   const char** reason) const noexcept {
   // `end` is one past the last head byte consumed. Each limit is violated at
   // a fixed stream position; the earliest one wins, so the verdict does not
   // depend on where the stream was split into feeds.
@@ -461,10 +423,7 @@ void request_parser::classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos
     reason = "malformed request";
   }
   std::uint16_t status = 400;
-  const bool http_protocol = protocol_len_ == 4 && std::memcmp(protocol_, "HTTP", 4) == 0;
-  if (err == HPE_INVALID_VERSION && http_protocol && version_len_ == 3 && version_[0] >= '0' && version_[0] <= '9' &&
-      version_[1] == '.' && version_[2] >= '0' && version_[2] <= '9' &&
-      !(version_[0] == '1' && (version_[2] == '0' || version_[2] == '1'))) {
+  if (err == HPE_INVALID_VERSION && unknown_http_version_before(pos)) {
     // Well-formed "HTTP/d.d" that llhttp does not know: a version we don't speak.
     status = 505;
     reason = "HTTP version not supported";
@@ -476,6 +435,19 @@ void request_parser::classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos
     reason = "upgrade not supported";
   }
   error_ = {status, reason, true};
+}
+
+bool request_parser::unknown_http_version_before(std::uint64_t pos) const noexcept {
+  // llhttp checks the version right after its last digit and stops there,
+  // so a well-formed "HTTP/d.d" that it does not know ends at `pos`.
+  if (phase_ != phase::head || !head_start_known_ || head_bytes_ == nullptr ||
+      pos < head_start_ + 9 || pos > head_pos(head_end_)) {
+    return false;
+  }
+  const char* v = head_bytes_ + (pos - head_start_) - 9;
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  return std::memcmp(v, " HTTP/", 6) == 0 && digit(v[6]) && v[7] == '.' && digit(v[8]) &&
+         !(v[6] == '1' && (v[8] == '0' || v[8] == '1'));
 }
 
 // ---------------------------------------------------------------- callbacks
@@ -492,27 +464,10 @@ std::uintptr_t request_parser::limit_address() const noexcept {
 // Whether a head span ending at at + len is within the limits: the same
 // verdict as comparing its stream position with limit_end_, both sides
 // shifted by the address of the feed's first byte.
-void request_parser::materialize_head(const char* end) {
-  // The arena is empty while the head is deferred, so offsets from
-  // head_base_ become arena offsets unchanged. Names are lower-cased here, in
-  // place; pieces appended after this are lower-cased as they are copied.
-  header_block& block = head_->fields_;
-  const auto n = static_cast<std::size_t>(end - head_base_);
-  char* out = block.reserve_tail(n);
-  std::memcpy(out, head_base_, n);
-  block.size_ = static_cast<std::uint32_t>(n);
-  for (std::size_t i = 0; i < block.count_; ++i) {
-    const header_block::entry& e = block.entries_[i];
-    lower_name_in_place(out, e.name_off, e.name_len);
-  }
-  head_base_ = nullptr;
-}
-
 int request_parser::on_message_begin() {
   phase_ = phase::head;
   start_message();
   head_ = &acquire_head();
-  one_piece_ = false;  // decided with the first byte's address, in on_method
   return 0;
 }
 
@@ -520,16 +475,11 @@ int request_parser::on_method(const char* at, std::size_t len) {
   if (!head_start_known_) {
     head_start_ = stream_pos(at);
     head_start_known_ = true;
-    // Nothing of this head is stored yet (the method's bytes are not kept),
-    // so it can be deferred from its first byte.
+    // The head's bytes are read where they are until the feed ends inside it.
     head_base_ = at;
-    head_begin_ = at;
-    // A head expected to end in this input is parsed without field
-    // callbacks, unless this is the second pass over it (reparse_head).
-    if (at < one_piece_before_ && !reparsing_) {
-      one_piece_ = true;
-      parser_.settings = const_cast<llhttp_settings_t*>(&head_in_one_piece_settings());
-    }
+    head_bytes_ = at;
+    head_readable_ = feed_begin_;
+    head_end_ = feed_end_;
   }
   method_end_ = stream_pos(at) + len;
   // From here until the target is complete both the head and the URL limit apply.
@@ -542,31 +492,14 @@ int request_parser::on_url(const char* at, std::size_t len) {
   if (const int rc = check_head_span(at, len); rc != 0) {
     return rc;
   }
+  // Only offsets: the target's pieces follow each other in the head's bytes,
+  // which are kept whole (in this input or in the arena).
   request_head& h = *head_;
-  const auto n = static_cast<std::uint32_t>(len);
-  if (head_base_ != nullptr) {
-    const auto off = static_cast<std::uint32_t>(at - head_base_);
-    if (h.target_len_ == 0) {
-      h.target_off_ = off;
-      h.target_len_ = n;
-      return 0;
-    }
-    if (off == h.target_off_ + h.target_len_) {
-      h.target_len_ += n;
-      return 0;
-    }
-    // A piece that does not follow the previous one: store the head so far,
-    // ending with that piece, and append this one right after it.
-    materialize_head(head_base_ + h.target_off_ + h.target_len_);
-  }
-  header_block& block = h.fields_;
-  char* out = block.reserve_tail(len);
+  const auto off = static_cast<std::uint32_t>(stream_pos(at) - head_start_);
   if (h.target_len_ == 0) {
-    h.target_off_ = block.size_;
+    h.target_off_ = off;
   }
-  std::memcpy(out, at, len);
-  block.size_ += n;
-  h.target_len_ += n;
+  h.target_len_ = off + static_cast<std::uint32_t>(len) - h.target_off_;
   return 0;
 }
 
@@ -581,10 +514,9 @@ int request_parser::on_url_complete() {
   h.method_ = to_request_method(method);
   h.method_name_ = llhttp_method_name(method);
 
-  // The target's bytes: in this input while the head is deferred, else in the arena.
-  const char* readable = head_base_ != nullptr ? feed_begin_ : h.fields_.bytes_.get();
-  const char* bytes = head_base_ != nullptr ? head_base_ : h.fields_.bytes_.get();
-  const std::string_view target{bytes + h.target_off_, h.target_len_};
+  // The target's bytes: in this input, or in the arena for a cut head.
+  const char* readable = head_readable_;
+  const std::string_view target{head_bytes_ + h.target_off_, h.target_len_};
   const std::size_t n = target.size();
   constexpr auto npos = std::string_view::npos;
   std::size_t path_begin = 0;
@@ -606,7 +538,7 @@ int request_parser::on_url_complete() {
     query_begin = question + 1;
     query_end = fragment;
   }
-  // Arena offsets (a deferred head's offsets are its future arena offsets).
+  // Head offsets, which are arena offsets.
   h.path_off_ = h.target_off_ + static_cast<std::uint32_t>(path_begin);
   h.path_len_ = static_cast<std::uint32_t>(path_end - path_begin);
   h.query_off_ = h.target_off_ + static_cast<std::uint32_t>(query_begin);
@@ -614,60 +546,26 @@ int request_parser::on_url_complete() {
   return 0;
 }
 
-int request_parser::on_protocol(const char* at, std::size_t len) {
-  if (const int rc = check_head_span(at, len); rc != 0) {
-    return rc;
+int request_parser::on_version_complete() {
+  // llhttp has accepted "<target> <protocol>/<d>.<d>" (one space or more)
+  // and checked the version's syntax; read both from the head's bytes.
+  const char* p = head_bytes_ + head_->target_off_ + head_->target_len_;
+  while (*p == ' ') {
+    ++p;
   }
-  append_capped(protocol_, protocol_len_, at, len);
-  return 0;
-}
-
-int request_parser::on_version(const char* at, std::size_t len) {
-  if (const int rc = check_head_span(at, len); rc != 0) {
-    return rc;
+  const char* const protocol = p;
+  while (*p != '/') {
+    ++p;
   }
-  append_capped(version_, version_len_, at, len);
-  version_end_ = at + len;
-  return 0;
-}
-
-int request_parser::read_protocol_and_version() {
-  // A one-piece head: llhttp has accepted "<target> <protocol>/<d>.<d>" and
-  // did not report the protocol and version spans; read them from the input.
-  // Anything else is handed back (HPE_USER with one_piece_ still set), and
-  // feed() parses the head again with every callback.
-  if (head_base_ == nullptr) [[unlikely]] {
-    return HPE_USER;
-  }
-  // The usual "HTTP/d.d" after one space is all that is taken here.
-  const char* const protocol = head_base_ + head_->target_off_ + head_->target_len_ + 1;
-  const char* const slash = protocol + sizeof(protocol_);
-  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (feed_end_ - slash < 4 || protocol[-1] != ' ' || *slash != '/' || !is_digit(slash[1]) || slash[2] != '.' ||
-      !is_digit(slash[3])) [[unlikely]] {
-    return HPE_USER;
-  }
-  version_end_ = slash + 4;
+  const char* const version_end = p + 4;
   // The protocol's end (its '/') comes first; with the target complete only
   // the head limit applies, so one check gives the verdict of two.
-  if (!within_limits(version_end_, 0)) [[unlikely]] {
-    return check_head_limits_slow(stream_pos(version_end_));
+  if (head_pos(version_end) > limit_end_) [[unlikely]] {
+    return check_head_limits_slow(head_pos(version_end));
   }
-  std::memcpy(protocol_, protocol, sizeof(protocol_));
-  protocol_len_ = sizeof(protocol_);
-  std::memcpy(version_, slash + 1, sizeof(version_));
-  version_len_ = sizeof(version_);
-  return 0;
-}
-
-int request_parser::on_version_complete() {
-  if (one_piece_) {
-    if (const int rc = read_protocol_and_version(); rc != 0) {
-      return rc;
-    }
-  }
+  fields_off_ = static_cast<std::uint32_t>(version_end + 2 - head_bytes_);  // after the CRLF
   // llhttp also takes RTSP/ and ICE/ request lines, and HTTP 0.9 and 2.0.
-  if (protocol_len_ != 4 || std::memcmp(protocol_, "HTTP", 4) != 0) {
+  if (p - protocol != 4 || std::memcmp(protocol, "HTTP", 4) != 0) {
     return fail(400, "unsupported protocol (only HTTP)");
   }
   if (parser_.http_major != 1 || parser_.http_minor > 1) {
@@ -681,30 +579,8 @@ int request_parser::on_version_complete() {
 int request_parser::on_headers_complete() {
   phase_ = phase::body;
   request_head& h = *head_;
-  if (one_piece_) {
-    // Body and trailers are parsed with every callback.
-    one_piece_ = false;
-    parser_.settings = const_cast<llhttp_settings_t*>(&settings());
-    if (const int rc = scan_head_fields(); rc != 0) {
-      if (rc == retry_with_callbacks) {
-        // Not the head scan_head_fields expects: give it back to feed(),
-        // which parses it again with every callback (reparse_head).
-        phase_ = phase::head;
-        one_piece_ = true;
-        return HPE_USER;
-      }
-      return rc;
-    }
-  }
-  if (head_base_ != nullptr) {
-    // The whole head is in this input: copy it to the arena in one piece,
-    // up to the end of the last byte it keeps.
-    std::uint32_t end = h.target_off_ + h.target_len_;
-    if (h.fields_.count_ != 0) {
-      const header_block::entry& e = h.fields_.last_entry();
-      end = std::max({end, e.name_off + e.name_len, e.value_off + e.value_len});
-    }
-    materialize_head(head_base_ + end);
+  if (const int rc = scan_head_fields(nullptr); rc != 0) {
+    return rc;
   }
   const auto flags = parser_.flags;
   if (h.version_minor_ == 1 && host_count_ == 0) {
@@ -750,7 +626,8 @@ int request_parser::on_headers_complete() {
   parser_.upgrade = websocket_ ? 1 : 0;
   h.websocket_upgrade_ = websocket_;
 
-  events_.push_back({parse_event_kind::head, static_cast<std::uint32_t>(heads_used_ - 1), head_, {}, nullptr});
+  events_.push_back(
+      {parse_event_kind::head, static_cast<std::uint32_t>(heads_used_ - 1), head_, {}, nullptr});
   return 0;
 }
 
@@ -763,6 +640,7 @@ int request_parser::on_chunk_header() {
   const std::uint64_t size = parser_.content_length;
   if (size == 0) {
     phase_ = phase::trailers;
+    parser_.settings = const_cast<llhttp_settings_t*>(&trailer_settings());
     return 0;
   }
   // Refuse as soon as the declared sizes pass the limit, before the data arrives.
@@ -793,6 +671,7 @@ int request_parser::on_message_complete() {
     event.slot = static_cast<std::uint32_t>(trailers_used_ - 1);
   }
   events_.push_back(event);
+  parser_.settings = const_cast<llhttp_settings_t*>(&settings());
   phase_ = phase::idle;
   head_ = nullptr;
   trailer_block_ = nullptr;
