@@ -103,7 +103,8 @@ inline void lower16(char* p, byte16 mine) noexcept {
   byte16 v;
   std::memcpy(&v, p, sizeof v);
   // v - 'A' + 0x80 is below 0x80 + 26 as a signed byte exactly for 'A'..'Z'.
-  const auto shifted = std::bit_cast<sbyte16>(static_cast<byte16>(v + static_cast<std::uint8_t>(0x80 - 'A')));
+  const auto shifted =
+      std::bit_cast<sbyte16>(static_cast<byte16>(v + static_cast<std::uint8_t>(0x80 - 'A')));
   const auto upper = std::bit_cast<byte16>(shifted < static_cast<std::int8_t>(-128 + 26));
   v |= upper & mine & static_cast<std::uint8_t>(0x20);
   std::memcpy(p, &v, sizeof v);
@@ -149,7 +150,8 @@ inline Word load_word(const char* p) noexcept {
 inline bool name_equals(const char* p, std::size_t n, const char* lower) noexcept {
   if (n < 8) {
     return (lower_word(load_word<std::uint32_t>(p)) == load_word<std::uint32_t>(lower)) &&
-           (lower_word(load_word<std::uint32_t>(p + n - 4)) == load_word<std::uint32_t>(lower + n - 4));
+           (lower_word(load_word<std::uint32_t>(p + n - 4)) ==
+            load_word<std::uint32_t>(lower + n - 4));
   }
   for (std::size_t i = 0; i + 8 < n; i += 8) {
     if (lower_word(load_word<std::uint64_t>(p + i)) != load_word<std::uint64_t>(lower + i)) {
@@ -159,7 +161,9 @@ inline bool name_equals(const char* p, std::size_t n, const char* lower) noexcep
   return lower_word(load_word<std::uint64_t>(p + n - 8)) == load_word<std::uint64_t>(lower + n - 8);
 }
 
-inline constexpr bool is_ows(char c) noexcept { return c == ' ' || c == '\t'; }
+inline constexpr bool is_ows(char c) noexcept {
+  return c == ' ' || c == '\t';
+}
 
 // The first c in [p, end), or nullptr; `begin` <= p is where the readable
 // bytes start. Lines of a request head are short, so a library memchr's
@@ -179,7 +183,8 @@ inline const char* find_byte(const char* begin, const char* p, const char* end, 
   if (p != end && end - begin >= 16) {
     const char* last = end - 16;
     const __m128i block = _mm_loadu_si128(reinterpret_cast<const __m128i*>(last));
-    const auto hits = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(block, wanted))) >> (p - last);
+    const auto hits =
+        static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(block, wanted))) >> (p - last);
     return hits != 0 ? p + std::countr_zero(hits) : nullptr;
   }
 #endif

@@ -89,9 +89,9 @@ int request_parser::scan_head_fields(const char* until) {
   // is complete in [head_bytes_, head_end_) and llhttp has accepted every
   // byte of it, in strict mode: each field line is a token, ':', optional
   // whitespace, a value without CR or LF, then CRLF, and an empty line ends
-  // the head. Otherwise only the lines whose next byte is before `until` and
-  // is not whitespace (an obs-fold, which llhttp refuses) are finished; the
-  // scan stops at the first other line and resumes there next time.
+  // the head. Otherwise only the lines whose next byte is before `until` are
+  // finished; the scan stops at the first other line and resumes there
+  // next time.
   //
   // A head read from the input is copied to the arena as the scan goes
   // (ahead of it, in chunks), so each name is lower-cased from the 16 bytes
@@ -130,8 +130,11 @@ int request_parser::scan_head_fields(const char* until) {
     }
     fields_off_ = static_cast<std::uint32_t>(lf + 1 - base);
   }
+  // A head in the arena is followed by a CR that is not part of it (see
+  // keep_head_bytes), so, as in a complete head, every search for the end
+  // of a line or of whitespace stops by the end of the bytes.
   const char* p = base + fields_off_;
-  while (p < end && *p != '\r') {
+  while (*p != '\r') {
     const char* const name = p;
     const auto name_off = static_cast<std::size_t>(name - base);
     const char* colon = nullptr;
@@ -177,11 +180,9 @@ int request_parser::scan_head_fields(const char* until) {
       lower_name_in_place(block.bytes_.get(), name_off, static_cast<std::size_t>(colon - name));
     }
     const char* value = colon + 1;
-    while (value != end && is_ows(*value)) {
+    value += *value == ' ' ? 1 : 0;  // the usual single space, then any other whitespace
+    while (is_ows(*value)) {
       ++value;
-    }
-    if (value == end) [[unlikely]] {
-      break;
     }
     const char* reported_end = value + 2;  // an empty value: reported after its CRLF
     if (*value == '\r') {
@@ -195,9 +196,10 @@ int request_parser::scan_head_fields(const char* until) {
       }
       reported_end = cr;
     }
-    // llhttp finishes a field when it sees the byte after its line.
+    // llhttp finishes a field when it sees the byte after its line (a
+    // value ending at the bytes' end gets the CR after them: cut here too).
     const char* const next = cr + 2;
-    if (next >= stop || (until != nullptr && is_ows(*next))) [[unlikely]] {
+    if (next >= stop) [[unlikely]] {
       break;
     }
     // The name's end (its ':') comes before the value's, and with the target
@@ -262,7 +264,9 @@ void request_parser::keep_head_bytes(const char* from, const char* to) {
       n = static_cast<std::size_t>(cap - block.size_);
       head_cut_ = true;
     }
-    std::memcpy(block.reserve_tail(n), from, n);
+    char* out = block.reserve_tail(n + 1);
+    std::memcpy(out, from, n);
+    out[n] = '\r';  // after the bytes, not counted: stops the scan's searches
     block.size_ += static_cast<std::uint32_t>(n);
   }
   head_base_ = nullptr;
@@ -366,6 +370,9 @@ int request_parser::scan_before_error(const char* error_at) {
   }
   const char* until =
       head_bytes_ + std::min<std::uint64_t>(to_pos - head_start_, head_->fields_.size_);
+  if (until - head_bytes_ >= 2 && is_ows(until[-1]) && until[-2] == '\n') {
+    --until;  // an obs-fold, refused where it starts: the line before it is not finished
+  }
   return scan_head_fields(until);
 }
 

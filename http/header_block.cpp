@@ -40,7 +40,8 @@ header_block::header_block(const header_block& other)
       capacity_{other.size_},
       count_{other.count_},
       entry_capacity_{other.count_},
-      entries_{other.count_ == 0 ? nullptr : std::make_unique_for_overwrite<entry[]>(other.count_)} {
+      entries_{other.count_ == 0 ? nullptr
+                                 : std::make_unique_for_overwrite<entry[]>(other.count_)} {
   if (size_ != 0) {
     std::memcpy(bytes_.get(), other.bytes_.get(), size_);
   }

@@ -550,14 +550,20 @@ int request_parser::on_version_complete() {
   // llhttp has accepted "<target> <protocol>/<d>.<d>" (one space or more)
   // and checked the version's syntax; read both from the head's bytes.
   const char* p = head_bytes_ + head_->target_off_ + head_->target_len_;
-  while (*p == ' ') {
-    ++p;
+  const char* slash = p + 5;
+  bool http = std::memcmp(p + 1, "HTTP/", 5) == 0;  // the usual single space, then HTTP
+  if (!http) [[unlikely]] {
+    while (*p == ' ') {
+      ++p;
+    }
+    const char* const protocol = p;
+    while (*p != '/') {
+      ++p;
+    }
+    slash = p;
+    http = slash - protocol == 4 && std::memcmp(protocol, "HTTP", 4) == 0;
   }
-  const char* const protocol = p;
-  while (*p != '/') {
-    ++p;
-  }
-  const char* const version_end = p + 4;
+  const char* const version_end = slash + 4;
   // The protocol's end (its '/') comes first; with the target complete only
   // the head limit applies, so one check gives the verdict of two.
   if (head_pos(version_end) > limit_end_) [[unlikely]] {
@@ -565,7 +571,7 @@ int request_parser::on_version_complete() {
   }
   fields_off_ = static_cast<std::uint32_t>(version_end + 2 - head_bytes_);  // after the CRLF
   // llhttp also takes RTSP/ and ICE/ request lines, and HTTP 0.9 and 2.0.
-  if (p - protocol != 4 || std::memcmp(protocol, "HTTP", 4) != 0) {
+  if (!http) {
     return fail(400, "unsupported protocol (only HTTP)");
   }
   if (parser_.http_major != 1 || parser_.http_minor > 1) {
@@ -671,7 +677,9 @@ int request_parser::on_message_complete() {
     event.slot = static_cast<std::uint32_t>(trailers_used_ - 1);
   }
   events_.push_back(event);
-  parser_.settings = const_cast<llhttp_settings_t*>(&settings());
+  if (phase_ == phase::trailers) {
+    parser_.settings = const_cast<llhttp_settings_t*>(&settings());
+  }
   phase_ = phase::idle;
   head_ = nullptr;
   trailer_block_ = nullptr;
