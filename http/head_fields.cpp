@@ -134,6 +134,11 @@ int request_parser::scan_head_fields(const char* until) {
   // keep_head_bytes), so, as in a complete head, every search for the end
   // of a line or of whitespace stops by the end of the bytes.
   const char* p = base + fields_off_;
+  if (p > end) [[unlikely]] {
+    return until != nullptr
+               ? 0
+               : check_head_limits_slow(UINT64_MAX);  // the request line's CRLF is still arriving
+  }
   while (*p != '\r') {
     const char* const name = p;
     const auto name_off = static_cast<std::size_t>(name - base);

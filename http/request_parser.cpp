@@ -548,17 +548,23 @@ int request_parser::on_url_complete() {
 
 int request_parser::on_version_complete() {
   // llhttp has accepted "<target> <protocol>/<d>.<d>" (one space or more)
-  // and checked the version's syntax; read both from the head's bytes.
+  // and checked the version's syntax; read both from the head's bytes. Only
+  // a head kept in part (head_cut_) may end before them: then they lie past
+  // the head limit.
   const char* p = head_bytes_ + head_->target_off_ + head_->target_len_;
   const char* slash = p + 5;
-  bool http = std::memcmp(p + 1, "HTTP/", 5) == 0;  // the usual single space, then HTTP
+  bool http = head_end_ - p >= 9 &&
+              std::memcmp(p + 1, "HTTP/", 5) == 0;  // the usual single space, then HTTP
   if (!http) [[unlikely]] {
-    while (*p == ' ') {
+    while (p < head_end_ && *p == ' ') {
       ++p;
     }
     const char* const protocol = p;
-    while (*p != '/') {
+    while (p < head_end_ && *p != '/') {
       ++p;
+    }
+    if (head_end_ - p < 4) {
+      return check_head_limits_slow(UINT64_MAX);
     }
     slash = p;
     http = slash - protocol == 4 && std::memcmp(protocol, "HTTP", 4) == 0;
