@@ -1,6 +1,11 @@
+// The access log: the format (fields and named request headers) parsed once,
+// each line captured on the I/O thread and written by spdlog's asynchronous
+// logger, so the request path never waits for the file.
+
 #include "cadeloop/net/access_log.hpp"
 
 #include <cadeloop/http/request.hpp>
+#include <cadeloop/http/token.hpp>
 
 #include <spdlog/async_logger.h>
 #include <spdlog/details/log_msg.h>
@@ -12,9 +17,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -89,11 +94,6 @@ std::string lower(std::string_view s) {
     }
   }
   return out;
-}
-
-bool is_token_char(char c) noexcept {
-  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
 }
 
 std::string_view trim(std::string_view s) noexcept {
@@ -258,7 +258,7 @@ class access_log::format {
       return "access_log_format: an empty header name";
     }
     std::string n = lower(name);
-    if (!std::all_of(n.begin(), n.end(), is_token_char)) {
+    if (!http::is_token(n)) {
       return "access_log_format: '" + std::string{name} + "' is not a header name";
     }
     headers.push_back(std::move(n));
@@ -461,7 +461,8 @@ class log_backend {
   // An I/O thread added a line to its batch: wakes the collector unless it
   // is already on its way. One relaxed load per line while it is.
   void note_pending() noexcept {
-    if (!armed_.load(std::memory_order_relaxed) && !armed_.exchange(true, std::memory_order_acq_rel)) {
+    if (!armed_.load(std::memory_order_relaxed) &&
+        !armed_.exchange(true, std::memory_order_acq_rel)) {
       armed_.notify_one();
     }
   }
@@ -593,7 +594,8 @@ class log_backend {
   std::int64_t limit_ = 0;
   std::map<std::string, std::weak_ptr<access_log::writer>> writers_;
   std::vector<access_log*> logs_;  // every live access_log of this process
-  std::atomic<bool> armed_{false};  // a line waits for the collector (which is awake or about to be)
+  std::atomic<bool> armed_{
+      false};  // a line waits for the collector (which is awake or about to be)
   std::thread collector_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
@@ -606,7 +608,9 @@ log_backend& backend() {
   return b;
 }
 
-log_backend& log_backend::backend_for_fork() { return backend(); }
+log_backend& log_backend::backend_for_fork() {
+  return backend();
+}
 
 }  // namespace
 
@@ -665,8 +669,8 @@ void access_log::capture(const http::request_head& head, std::string& out) const
   }
 }
 
-std::size_t access_log::write(std::string_view captured, std::string_view client_text, unsigned status,
-                              std::uint64_t bytes, std::uint64_t duration_us) {
+std::size_t access_log::write(std::string_view captured, std::string_view client_text,
+                              unsigned status, std::uint64_t bytes, std::uint64_t duration_us) {
   // What capture() kept, in its order; all absent for the I/O thread's own answers.
   std::string_view in = captured;
   const std::optional<std::string_view> method = take_field(in);

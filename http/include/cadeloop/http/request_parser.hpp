@@ -96,7 +96,8 @@ class head_pool {
 /// flags). Push bytes with `feed()`; read the queued events with `events()`.
 ///
 /// It validates framing and syntax strictly (request smuggling defences),
-/// enforces `request_limits` inside llhttp's callbacks, caps the number of
+/// enforces `request_limits` while it parses (at the stream position where a
+/// limit is crossed, never after the fact), caps the number of
 /// requests parsed ahead with a message credit, stops after the head of an
 /// accepted WebSocket upgrade, and reports the same events whatever way the
 /// stream is split into feeds (body pieces may be cut differently; their
