@@ -43,7 +43,7 @@ constexpr std::size_t accepts_per_wake = 64;
 // Idle read buffers kept for reuse.
 constexpr std::size_t read_buffer_pool_max = 256;
 
-bool would_block(const error_code& ec) noexcept {
+inline bool would_block(const error_code& ec) noexcept {
   return ec == asio::error::would_block || ec == asio::error::try_again;
 }
 
@@ -151,7 +151,7 @@ struct connection {
   connection* tnext = nullptr;
 };
 
-bool has_body(const http::request_head& head) noexcept {
+inline bool has_body(const http::request_head& head) noexcept {
   switch (head.framing()) {
     case http::body_framing::none:
       return false;
