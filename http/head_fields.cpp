@@ -102,8 +102,19 @@ int request_parser::scan_head_fields(const char* until) {
   const char* const base = head_bytes_;
   const char* const begin = head_readable_;
   const char* const end = head_end_;
-  const char* const stop = until != nullptr ? until : end;
   const auto available = static_cast<std::size_t>(end - base);
+  // A line followed by whitespace (an obs-fold, which llhttp refuses) is
+  // never finished: the scan stops before it.
+  const char* stop = end;
+  if (until != nullptr) {
+    stop = until;
+    for (const char* q = base + std::min<std::size_t>(fields_off_, available); q + 1 < until; ++q) {
+      if (q[0] == '\n' && is_ows(q[1])) {
+        stop = q + 1;
+        break;
+      }
+    }
+  }
   std::size_t copied = base == block.bytes_.get() ? available : 0;
   auto copy_ahead = [&](std::size_t need) {
     const std::size_t to = std::min(std::max(need, copied + head_copy_chunk), available);
@@ -311,7 +322,13 @@ int request_parser::end_feed_in_head() {
   if (head_base_ != nullptr) {
     keep_head_bytes(head_base_, feed_end_);
   }
-  if (!url_open_) {  // the target is complete
+  // Only when a line may have been finished since the last look (an LF
+  // with a byte after it arrived), so a line trickling in is not searched
+  // again at every feed.
+  const auto to = static_cast<std::uint32_t>(head_end_ - head_bytes_);
+  const std::uint32_t from = scanned_to_ == 0 ? 0 : scanned_to_ - 1;
+  if (!url_open_ && to > from && std::memchr(head_bytes_ + from, '\n', to - 1 - from) != nullptr) {
+    scanned_to_ = to;
     if (const int rc = scan_head_fields(head_end_); rc != 0) {
       return rc;
     }
@@ -375,9 +392,6 @@ int request_parser::scan_before_error(const char* error_at) {
   }
   const char* until =
       head_bytes_ + std::min<std::uint64_t>(to_pos - head_start_, head_->fields_.size_);
-  if (until - head_bytes_ >= 2 && is_ows(until[-1]) && until[-2] == '\n') {
-    --until;  // an obs-fold, refused where it starts: the line before it is not finished
-  }
   return scan_head_fields(until);
 }
 

@@ -264,6 +264,7 @@ void request_parser::start_message() noexcept {
   head_readable_ = nullptr;
   fields_off_ = 0;
   head_cut_ = false;
+  scanned_to_ = 0;
   in_field_ = false;
   in_value_ = false;
   te_seen_ = false;

@@ -290,6 +290,8 @@ class request_parser {
   const char* feed_end_ = nullptr;  // one past the current input
   std::uint32_t fields_off_ =
       0;  // head offset of the first field line not scanned yet; 0 before the version
+  std::uint32_t scanned_to_ =
+      0;  // head offset of head_end_ when the fields were last scanned at a feed's end
   bool head_cut_ = false;  // the kept bytes stopped at the head limit (the head is refused)
 
   // Per-message state.
