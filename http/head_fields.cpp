@@ -103,18 +103,7 @@ int request_parser::scan_head_fields(const char* until) {
   const char* const begin = head_readable_;
   const char* const end = head_end_;
   const auto available = static_cast<std::size_t>(end - base);
-  // A line followed by whitespace (an obs-fold, which llhttp refuses) is
-  // never finished: the scan stops before it.
-  const char* stop = end;
-  if (until != nullptr) {
-    stop = until;
-    for (const char* q = base + std::min<std::size_t>(fields_off_, available); q + 1 < until; ++q) {
-      if (q[0] == '\n' && is_ows(q[1])) {
-        stop = q + 1;
-        break;
-      }
-    }
-  }
+  const char* const stop = until != nullptr ? until : end;
   std::size_t copied = base == block.bytes_.get() ? available : 0;
   auto copy_ahead = [&](std::size_t need) {
     const std::size_t to = std::min(std::max(need, copied + head_copy_chunk), available);
@@ -316,6 +305,19 @@ void request_parser::keep_head_input() {
   keep_head_bytes(feed_begin_, to);
 }
 
+const char* request_parser::before_fold(const char* until) const noexcept {
+  // A line followed by whitespace (an obs-fold, which llhttp refuses) is
+  // never finished: a partial scan stops at the fold.
+  const char* q = head_bytes_ +
+                  std::min<std::size_t>(fields_off_, static_cast<std::size_t>(until - head_bytes_));
+  for (; q + 1 < until; ++q) {
+    if (q[0] == '\n' && is_ows(q[1])) {
+      return q + 1;
+    }
+  }
+  return until;
+}
+
 int request_parser::end_feed_in_head() {
   // The feed ended inside a head: keep its bytes, finish the lines llhttp
   // has finished, then check the line in progress against the limits.
@@ -329,7 +331,7 @@ int request_parser::end_feed_in_head() {
   const std::uint32_t from = scanned_to_ == 0 ? 0 : scanned_to_ - 1;
   if (!url_open_ && to > from && std::memchr(head_bytes_ + from, '\n', to - 1 - from) != nullptr) {
     scanned_to_ = to;
-    if (const int rc = scan_head_fields(head_end_); rc != 0) {
+    if (const int rc = scan_head_fields(before_fold(head_end_)); rc != 0) {
       return rc;
     }
   }
@@ -392,7 +394,7 @@ int request_parser::scan_before_error(const char* error_at) {
   }
   const char* until =
       head_bytes_ + std::min<std::uint64_t>(to_pos - head_start_, head_->fields_.size_);
-  return scan_head_fields(until);
+  return scan_head_fields(before_fold(until));
 }
 
 int request_parser::interpret_head_field(const char* name, std::size_t name_len,

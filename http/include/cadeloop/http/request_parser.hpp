@@ -223,6 +223,7 @@ class request_parser {
   [[gnu::noinline]] void keep_head_bytes(const char* from, const char* to);
   void keep_head_input();
   [[gnu::noinline]] int end_feed_in_head();
+  [[nodiscard]] const char* before_fold(const char* until) const noexcept;
   [[gnu::noinline]] int scan_before_error(const char* error_at);
   [[nodiscard]] std::uintptr_t limit_address() const noexcept;
   [[nodiscard]] std::uint64_t stream_pos(const char* at) const noexcept {
