@@ -329,7 +329,7 @@ int request_parser::end_feed_in_head() {
   // again at every feed.
   const auto to = static_cast<std::uint32_t>(head_end_ - head_bytes_);
   const std::uint32_t from = scanned_to_ == 0 ? 0 : scanned_to_ - 1;
-  if (!url_open_ && to > from && std::memchr(head_bytes_ + from, '\n', to - 1 - from) != nullptr) {
+  if (to > from && std::memchr(head_bytes_ + from, '\n', to - 1 - from) != nullptr) {
     scanned_to_ = to;
     if (const int rc = scan_head_fields(before_fold(head_end_)); rc != 0) {
       return rc;
@@ -341,8 +341,9 @@ int request_parser::end_feed_in_head() {
 int request_parser::check_line_in_progress() {
   // llhttp reports a span cut by the end of the input up to that end: what
   // it reported last of the line still arriving must be within the limits.
-  // Method and target are checked by their own callbacks.
-  if (!head_start_known_ || url_open_ || head_pos(head_end_) <= limit_end_) {
+  // Method and target are checked by their own callbacks (the request-line
+  // branch finds nothing to check while the target is still arriving).
+  if (!head_start_known_ || head_pos(head_end_) <= limit_end_) {
     return 0;
   }
   const char* const base = head_bytes_;
@@ -388,9 +389,6 @@ int request_parser::scan_before_error(const char* error_at) {
   const std::uint64_t to_pos = stream_pos(to);
   if (head_base_ != nullptr) {
     keep_head_bytes(head_base_, to);
-  }
-  if (url_open_) {
-    return 0;  // still in the target: no field line yet
   }
   const char* until =
       head_bytes_ + std::min<std::uint64_t>(to_pos - head_start_, head_->fields_.size_);
