@@ -17,6 +17,7 @@
 
 namespace cadeloop::http::detail {
 
+// ASCII lower case of every byte (other bytes unchanged).
 inline constexpr std::array<char, 256> lower_table = [] {
   std::array<char, 256> t{};
   for (std::size_t i = 0; i < t.size(); ++i) {
@@ -196,9 +197,7 @@ inline const char* find_byte(const char* begin, const char* p, const char* end, 
   return nullptr;
 }
 
-// The first letter of the head fields interpret_head_field acts on, by name
-// length (host, expect, upgrade, transfer-encoding); 0 (which no byte OR 0x20
-
+// ASCII case-insensitive comparison against an already lower-case literal.
 inline bool equals_lower(std::string_view s, std::string_view lower) noexcept {
   if (s.size() != lower.size()) {
     return false;
@@ -211,6 +210,7 @@ inline bool equals_lower(std::string_view s, std::string_view lower) noexcept {
   return true;
 }
 
+// `s` without the optional whitespace (SP, HTAB) around it.
 inline std::string_view trim_ows(std::string_view s) noexcept {
   while (!s.empty() && is_ows(s.front())) {
     s.remove_prefix(1);
@@ -220,7 +220,5 @@ inline std::string_view trim_ows(std::string_view s) noexcept {
   }
   return s;
 }
-
-// Splits a comma-separated field value into its non-empty, trimmed elements
 
 }  // namespace cadeloop::http::detail
