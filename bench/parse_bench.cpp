@@ -69,9 +69,9 @@ void bm_browser_get_pipelined_16(benchmark::State& state) {
 }
 BENCHMARK(bm_browser_get_pipelined_16);
 
-// The same request cut in two feeds inside a header line: the head is not
-// in one input, so it goes through every llhttp callback (and its first
-// part is parsed twice). The slow path, for comparison.
+// The same request cut in two feeds inside a header line: the head's first
+// part is kept in its arena at the end of the first feed and the field scan
+// reads the whole head from there. The cut-head path, for comparison.
 void bm_browser_get_split(benchmark::State& state) {
   request_parser parser;
   const std::string_view first = browser_get.substr(0, 100);

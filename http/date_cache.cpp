@@ -1,3 +1,6 @@
+// date_cache: the IMF-fixdate for the Date header, formatted once per second
+// and reused by every response of an I/O thread.
+
 #include "cadeloop/http/date_cache.hpp"
 
 #include <time.h>

@@ -1,4 +1,10 @@
+// The HTTP/1.1 response encoder: status line and header validation, framing
+// (Content-Length or chunked), Connection and Date, error responses, the
+// chunked coding of body pieces, and the reason phrases.
+
 #include "cadeloop/http/response_encoder.hpp"
+
+#include <cadeloop/http/token.hpp>
 
 #include <array>
 #include <charconv>
@@ -9,23 +15,11 @@ namespace {
 
 constexpr std::string_view crlf = "\r\n";
 
-// One lookup per byte: bit 0 = tchar (RFC 9110 5.6.2), bit 1 = allowed in a
-// field value (VCHAR, SP, HTAB, obs-text; no other CTL, no DEL).
-constexpr std::array<std::uint8_t, 256> char_classes = [] {
-  std::array<std::uint8_t, 256> t{};
-  for (unsigned c = 0; c < 256; ++c) {
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    const bool digit = c >= '0' && c <= '9';
-    const bool tchar_symbol =
-        std::string_view{"!#$%&'*+-.^_`|~"}.find(static_cast<char>(c)) != std::string_view::npos;
-    std::uint8_t bits = 0;
-    if (alpha || digit || tchar_symbol) {
-      bits |= 1;
-    }
-    if (c == '\t' || (c >= 0x20 && c != 0x7f)) {
-      bits |= 2;
-    }
-    t[c] = bits;
+// Bytes allowed in a field value: VCHAR, SP, HTAB, obs-text; no other CTL, no DEL.
+constexpr std::array<bool, 256> value_chars = [] {
+  std::array<bool, 256> t{};
+  for (unsigned c = 0; c < t.size(); ++c) {
+    t[c] = c == '\t' || (c >= 0x20 && c != 0x7f);
   }
   return t;
 }();
@@ -331,20 +325,12 @@ std::string_view reason_phrase(unsigned status) noexcept {
 }
 
 bool is_valid_header_name(std::string_view name) noexcept {
-  if (name.empty()) {
-    return false;
-  }
-  for (const char c : name) {
-    if ((char_classes[static_cast<unsigned char>(c)] & 1U) == 0) {
-      return false;
-    }
-  }
-  return true;
+  return is_token(name);
 }
 
 bool is_valid_header_value(std::string_view value) noexcept {
   for (const char c : value) {
-    if ((char_classes[static_cast<unsigned char>(c)] & 2U) == 0) {
+    if (!value_chars[static_cast<unsigned char>(c)]) {
       return false;
     }
   }

@@ -1,3 +1,7 @@
+// The WebSocket (RFC 6455) codec: the opening handshake's accept key and
+// response, frame parsing with unmasking, fragmentation and control-frame
+// rules, UTF-8 checks of text and close reasons, and frame encoding.
+
 #include "cadeloop/http/websocket.hpp"
 
 #include <openssl/evp.h>

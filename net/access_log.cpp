@@ -5,6 +5,7 @@
 #include "cadeloop/net/json_escape.hpp"
 
 #include <cadeloop/http/request.hpp>
+#include <cadeloop/http/token.hpp>
 
 #include <spdlog/async_logger.h>
 #include <spdlog/details/log_msg.h>
@@ -93,11 +94,6 @@ std::string lower(std::string_view s) {
     }
   }
   return out;
-}
-
-bool is_token_char(char c) noexcept {
-  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
 }
 
 std::string_view trim(std::string_view s) noexcept {
@@ -202,7 +198,7 @@ class access_log::format {
       return "access_log_format: an empty header name";
     }
     std::string n = lower(name);
-    if (!std::all_of(n.begin(), n.end(), is_token_char)) {
+    if (!http::is_token(n)) {
       return "access_log_format: '" + std::string{name} + "' is not a header name";
     }
     headers.push_back(std::move(n));

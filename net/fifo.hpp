@@ -33,7 +33,9 @@ class fifo {
 
   iterator begin() noexcept { return items_.begin() + static_cast<std::ptrdiff_t>(head_); }
   iterator end() noexcept { return items_.end(); }
-  const_iterator begin() const noexcept { return items_.begin() + static_cast<std::ptrdiff_t>(head_); }
+  const_iterator begin() const noexcept {
+    return items_.begin() + static_cast<std::ptrdiff_t>(head_);
+  }
   const_iterator end() const noexcept { return items_.end(); }
 
   void push_back(T&& value) { items_.push_back(std::move(value)); }

@@ -1,3 +1,6 @@
+// Listeners: TCP with SO_REUSEPORT, Unix-domain sockets and inherited
+// (systemd) descriptors, opened non-blocking for an I/O thread's acceptor.
+
 #include "cadeloop/net/listener.hpp"
 
 #include <boost/asio/ip/address.hpp>
@@ -65,7 +68,8 @@ bool bind_and_listen(generic_acceptor& acceptor, const generic_endpoint& ep, int
   return !ec;
 }
 
-std::unique_ptr<listener> open_tcp(asio::io_context& io, const listen_spec& spec, std::string& error) {
+std::unique_ptr<listener> open_tcp(asio::io_context& io, const listen_spec& spec,
+                                   std::string& error) {
   boost::system::error_code ec;
   asio::ip::address address = asio::ip::make_address(spec.host, ec);
   if (ec) {
@@ -104,17 +108,18 @@ std::unique_ptr<listener> open_tcp(asio::io_context& io, const listen_spec& spec
   return std::make_unique<listener>(std::move(acceptor), spec, address_of(local), true);
 }
 
-std::unique_ptr<listener> open_unix(asio::io_context& io, const listen_spec& spec, std::string& error) {
+std::unique_ptr<listener> open_unix(asio::io_context& io, const listen_spec& spec,
+                                    std::string& error) {
   if (spec.path.empty()) {
     error = failure(spec, "empty socket path");
     return nullptr;
   }
   if (spec.path.size() >= sizeof(sockaddr_un{}.sun_path)) {
-    error = failure(spec, "socket path longer than " + std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) +
-                              " bytes");
+    error = failure(spec, "socket path longer than " +
+                              std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
     return nullptr;
   }
-  struct stat st{};
+  struct stat st {};
   if (::lstat(spec.path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
       error = failure(spec, "the path exists and is not a socket");
@@ -148,7 +153,8 @@ std::unique_ptr<listener> open_unix(asio::io_context& io, const listen_spec& spe
   return std::make_unique<listener>(std::move(acceptor), spec, local, false);
 }
 
-std::unique_ptr<listener> open_inherited(asio::io_context& io, const listen_spec& spec, std::string& error) {
+std::unique_ptr<listener> open_inherited(asio::io_context& io, const listen_spec& spec,
+                                         std::string& error) {
   const int fd = spec.fd;
   int type = 0;
   socklen_t len = sizeof type;
@@ -194,7 +200,8 @@ std::unique_ptr<listener> open_inherited(asio::io_context& io, const listen_spec
     return nullptr;
   }
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  socket_address local = socket_address::from_sockaddr(reinterpret_cast<const sockaddr*>(&storage), storage_len);
+  socket_address local =
+      socket_address::from_sockaddr(reinterpret_cast<const sockaddr*>(&storage), storage_len);
   return std::make_unique<listener>(std::move(acceptor), spec, local, family != AF_UNIX);
 }
 
@@ -239,10 +246,13 @@ std::string listen_spec::describe() const {
   return "?";
 }
 
-listener::listener(generic_acceptor acceptor, listen_spec spec, socket_address local, bool is_tcp) noexcept
+listener::listener(generic_acceptor acceptor, listen_spec spec, socket_address local,
+                   bool is_tcp) noexcept
     : acceptor_{std::move(acceptor)}, spec_{std::move(spec)}, local_{local}, is_tcp_{is_tcp} {}
 
-listener::~listener() { close(); }
+listener::~listener() {
+  close();
+}
 
 void listener::close() noexcept {
   if (!acceptor_.is_open()) {
@@ -267,7 +277,8 @@ std::string listener::description() const {
   return "?";
 }
 
-std::unique_ptr<listener> open_listener(asio::io_context& io, const listen_spec& spec, std::string& error) {
+std::unique_ptr<listener> open_listener(asio::io_context& io, const listen_spec& spec,
+                                        std::string& error) {
   try {
     switch (spec.kind) {
       case listen_spec::kind_type::tcp:

@@ -1,3 +1,6 @@
+// socket_address: a peer or local address copied out of a sockaddr, and its
+// text form for logs (host:port, [v6]:port, unix path).
+
 #include "cadeloop/net/connection_id.hpp"
 
 #include <arpa/inet.h>

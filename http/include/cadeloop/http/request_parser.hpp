@@ -96,7 +96,8 @@ class head_pool {
 /// flags). Push bytes with `feed()`; read the queued events with `events()`.
 ///
 /// It validates framing and syntax strictly (request smuggling defences),
-/// enforces `request_limits` inside llhttp's callbacks, caps the number of
+/// enforces `request_limits` while it parses (at the stream position where a
+/// limit is crossed, never after the fact), caps the number of
 /// requests parsed ahead with a message credit, stops after the head of an
 /// accepted WebSocket upgrade, and reports the same events whatever way the
 /// stream is split into feeds (body pieces may be cut differently; their
@@ -174,52 +175,63 @@ class request_parser {
   enum class pause_reason : std::uint8_t { none, credit, closing };
 
   // llhttp callbacks, reached through the static trampolines in the .cpp.
+  // A head's fields have none: llhttp validates them and scan_head_fields()
+  // reads them from the head's bytes. Trailer fields have their own three.
   int on_message_begin();
   int on_method(const char* at, std::size_t len);
   int on_url(const char* at, std::size_t len);
   int on_url_complete();
-  int on_protocol(const char* at, std::size_t len);
-  int on_version(const char* at, std::size_t len);
   int on_version_complete();
-  int on_header_field(const char* at, std::size_t len);
-  int on_header_value(const char* at, std::size_t len);
-  int on_header_value_complete();
-  // Rare paths of the callbacks above, kept out of line so the common path
-  // stays a small leaf function.
-  [[gnu::noinline]] int store_head_field(const char* at, std::size_t len);
-  [[gnu::noinline]] int store_head_value(const char* at, std::size_t len);
-  [[gnu::noinline]] int on_trailer_field(const char* at, std::size_t len);
-  [[gnu::noinline]] int on_trailer_value(const char* at, std::size_t len);
-  [[gnu::noinline]] int on_trailer_value_complete();
   int on_headers_complete();
   int on_body(const char* at, std::size_t len);
   int on_chunk_header();
   int on_chunk_extension(const char* at, std::size_t len);
   int on_chunk_extension_complete();
   int on_message_complete();
+  int on_trailer_field(const char* at, std::size_t len);
+  int on_trailer_value(const char* at, std::size_t len);
+  int on_trailer_value_complete();
 
   template <int (request_parser::*Member)()>
   static int trampoline(llhttp_t* parser) noexcept;
   template <int (request_parser::*Member)(const char*, std::size_t)>
   static int data_trampoline(llhttp_t* parser, const char* at, std::size_t len) noexcept;
   static const llhttp_settings_t& settings() noexcept;
-  static const llhttp_settings_t& head_in_one_piece_settings() noexcept;
+  static const llhttp_settings_t& trailer_settings() noexcept;
 
   int fail(std::uint16_t status, const char* reason) noexcept;
   int fail_internal() noexcept;
-  [[nodiscard]] bool within_limits(const char* at, std::size_t len) const noexcept;
-  int check_head_span(const char* at, std::size_t len) noexcept;
+  // Whether a head span ending at at + len (in the input) is within the
+  // limits: the same verdict as comparing its stream position with
+  // limit_end_, both sides shifted by the address of the feed's first byte.
+  [[nodiscard]] bool within_limits(const char* at, std::size_t len) const noexcept {
+    return reinterpret_cast<std::uintptr_t>(at) + len <= limit_addr_;
+  }
+  int check_head_span(const char* at, std::size_t len) noexcept {
+    return within_limits(at, len) ? 0 : check_head_limits_slow(stream_pos(at) + len);
+  }
   [[gnu::noinline]] int check_head_limits_slow(std::uint64_t end) noexcept;
-  [[nodiscard]] std::uint16_t head_limit_violation(std::uint64_t end, const char** reason) const noexcept;
+  [[nodiscard]] std::uint16_t head_limit_violation(std::uint64_t end,
+                                                   const char** reason) const noexcept;
   void classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos) noexcept;
-  [[gnu::noinline]] int interpret_head_field(const char* name, std::size_t name_len, std::string_view value);
-  [[gnu::noinline]] void materialize_head(const char* end);
-  int scan_head_fields();
-  int read_protocol_and_version();
-  llhttp_errno_t reparse_head(llhttp_errno_t first) noexcept;
+  [[nodiscard]] bool unknown_http_version_before(std::uint64_t pos) const noexcept;
+  [[gnu::noinline]] int interpret_head_field(const char* name, std::size_t name_len,
+                                             std::string_view value);
+  // The one reader of a head's fields (head_fields.cpp): see the .cpp.
+  int scan_head_fields(const char* until);
+  [[gnu::noinline]] int check_line_in_progress();
+  [[gnu::noinline]] void keep_head_bytes(const char* from, const char* to);
+  void keep_head_input();
+  [[gnu::noinline]] int end_feed_in_head();
+  [[nodiscard]] const char* before_fold(const char* until) const noexcept;
+  [[gnu::noinline]] int scan_before_error(const char* error_at);
   [[nodiscard]] std::uintptr_t limit_address() const noexcept;
   [[nodiscard]] std::uint64_t stream_pos(const char* at) const noexcept {
     return stream_base_ + static_cast<std::uint64_t>(at - feed_begin_);
+  }
+  // Stream position of a byte of the head's bytes (head_bytes_, input or arena).
+  [[nodiscard]] std::uint64_t head_pos(const char* at) const noexcept {
+    return head_start_ + static_cast<std::uint64_t>(at - head_bytes_);
   }
   void set_limit_end(std::uint64_t end) noexcept {
     limit_end_ = end;
@@ -249,41 +261,42 @@ class request_parser {
   std::vector<std::unique_ptr<header_block>> free_trailers_;
   std::size_t heads_used_ = 0;
   std::size_t trailers_used_ = 0;
-  request_head* head_ = nullptr;        // head being parsed (slot heads_used_ - 1)
+  request_head* head_ = nullptr;           // head being parsed (slot heads_used_ - 1)
   header_block* trailer_block_ = nullptr;  // trailers being parsed (slot trailers_used_ - 1)
 
   // Absolute stream positions: stream_base_ is the offset of feed_begin_.
   const char* feed_begin_ = nullptr;
   std::uint64_t stream_base_ = 0;
-  std::uint64_t head_start_ = 0;   // first byte of the method
-  std::uint64_t method_end_ = 0;   // one past the method
+  std::uint64_t head_start_ = 0;  // first byte of the method
+  std::uint64_t method_end_ = 0;  // one past the method
   bool head_start_known_ = false;
-  bool url_open_ = false;          // between the method and the end of the target
+  bool url_open_ = false;                 // between the method and the end of the target
   std::uint64_t limit_end_ = UINT64_MAX;  // a head byte at or past this violates a limit
   // limit_end_ as an address in the current input (saturated), so a span's
   // check is one compare: `at + len <= limit_addr_`.
   std::uintptr_t limit_addr_ = UINTPTR_MAX;
-  // While a head's bytes are all in the current input, its entries, target
-  // and path/query hold offsets from head_base_ (its first byte) and nothing
-  // is copied; at the end of the head the bytes are copied to the arena in
-  // one piece (materialize_head). A head still open when the feed ends is
-  // copied then, and its later pieces are appended one by one. Null: pieces
-  // are copied into the arena as they arrive.
+  // A head's bytes. While all of a head so far is in the current input,
+  // head_base_ is its first byte there and nothing is copied: its target
+  // and fields are offsets from it, which become arena offsets unchanged
+  // when scan_head_fields() copies the head to its arena at its end. A head
+  // still open when a feed ends has its bytes kept in its arena as they are
+  // (keep_head_bytes); later feeds append theirs, so the same scan reads
+  // the head from the arena. head_bytes_ is the head's first byte wherever
+  // it is now, head_end_ one past its last available byte, head_readable_
+  // the first byte a 16-byte load may start at.
   const char* head_base_ = nullptr;
-  const char* head_begin_ = nullptr;  // first byte of the head, when it is in this input
+  const char* head_bytes_ = nullptr;
+  const char* head_end_ = nullptr;
+  const char* head_readable_ = nullptr;
   const char* feed_end_ = nullptr;  // one past the current input
-  // A head whose first byte is before this is expected to end in this input
-  // and is parsed one_piece_ (see feed()).
-  const char* one_piece_before_ = nullptr;
-  // True while the current head is parsed with head_in_one_piece_settings():
-  // no field callbacks; scan_head_fields() reads the fields from the input
-  // at the end of the head. Only while all of the head is in this input.
-  bool one_piece_ = false;
-  bool reparsing_ = false;          // reparse_head() is running
-  const char* version_end_ = nullptr;  // one past the request line's version
+  std::uint32_t fields_off_ =
+      0;  // head offset of the first field line not scanned yet; 0 before the version
+  std::uint32_t scanned_to_ =
+      0;  // head offset of head_end_ when the fields were last scanned at a feed's end
+  bool head_cut_ = false;  // the kept bytes stopped at the head limit (the head is refused)
 
   // Per-message state.
-  bool in_field_ = false;
+  bool in_field_ = false;  // trailer fields
   bool in_value_ = false;
   bool te_seen_ = false;
   bool websocket_token_ = false;
@@ -293,11 +306,7 @@ class request_parser {
   bool trailers_over_ = false;
   std::uint8_t host_count_ = 0;
   std::uint8_t chunked_count_ = 0;
-  std::uint8_t protocol_len_ = 0;
-  std::uint8_t version_len_ = 0;
-  char protocol_[4] = {};
-  char version_[3] = {};
-  std::uint64_t body_declared_ = 0;     // sum of chunk sizes so far
+  std::uint64_t body_declared_ = 0;  // sum of chunk sizes so far
   std::uint64_t chunk_ext_bytes_ = 0;
   std::uint64_t trailer_bytes_ = 0;
 };

@@ -1,0 +1,166 @@
+// Private to net/: the per-connection record of an I/O thread's HTTP/1.1
+// server (read side, requests in flight, write side, deadline links) and the
+// small helpers the server's parts share.
+#pragma once
+
+#include "fifo.hpp"
+
+#include <cadeloop/http/request_parser.hpp>
+#include <cadeloop/net/byte_buffer.hpp>
+#include <cadeloop/net/connection_id.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cadeloop::net {
+
+namespace asio = boost::asio;
+using socket_type = asio::generic::stream_protocol::socket;
+using clock_type = std::chrono::steady_clock;
+using error_code = boost::system::error_code;
+
+enum class conn_phase : std::uint8_t { free, open, lingering };
+
+// Which deadline a connection waits for. Every connection in one list has the
+// same timeout, so deadlines grow along a list and it is kept in insertion
+// order: insert at the tail, expire from the head, remove from anywhere, all O(1).
+enum class timer_kind : std::uint8_t { none = 0, head = 1, idle = 2, linger = 3 };
+constexpr std::size_t timer_kind_count = 4;
+
+// writev takes at most this many pieces per call (Asio's own limit as well).
+constexpr std::size_t max_write_pieces = 64;
+// Accepts per readiness of a listener, so one busy listener cannot starve the loop.
+constexpr std::size_t accepts_per_wake = 64;
+// Idle read buffers kept for reuse.
+constexpr std::size_t read_buffer_pool_max = 256;
+
+inline bool would_block(const error_code& ec) noexcept {
+  return ec == asio::error::would_block || ec == asio::error::try_again;
+}
+
+// What the server remembers of one request in flight until its response
+// ends: for the latency histogram, the status class and the access log.
+struct request_record {
+  clock_type::time_point dispatched{};  // when the head was handed to the app
+  std::uint64_t bytes = 0;              // response bytes the app sent for it
+  std::uint16_t status = 0;             // as carried by send_flags::status
+  std::string log;                      // access_log::capture()'s fields ("" when the log is off)
+};
+
+// A response for a request behind the head of the line: held until every
+// earlier response is finished.
+struct later_response {
+  std::vector<byte_buffer> parts;
+  bool ended = false;
+  bool keep_alive = true;
+};
+
+struct connection {
+  connection(std::uint32_t s, const http::request_limits& limits) : slot{s}, parser{limits} {}
+
+  [[nodiscard]] connection_id id() const noexcept { return {slot, generation}; }
+  [[nodiscard]] std::uint32_t in_flight() const noexcept { return next_seq - hol_seq; }
+
+  // Everything but identity, parser pools and the socket back to a fresh connection.
+  void reset(std::uint32_t max_pipelined) noexcept {
+    parser.reset();
+    parser.set_credit(max_pipelined);
+    rbeg = rend = 0;
+    read_armed = read_eof = parser_paused = drain_probed = false;
+    no_more_requests = stop_dispatch = last_request = skipping = false;
+    ever_dispatched = disconnect_sent = wrote_any = false;
+    body_unacked = 0;
+    next_seq = hol_seq = 0;
+    body_open = false;
+    body_seq = 0;
+    hol_started = false;
+    error_status = 0;
+    error_reason = {};
+    later.clear();
+    records.clear();
+    out.clear();
+    out_offset = 0;
+    unsent = 0;
+    write_armed = dirty = drain_wanted = false;
+    lingered = 0;
+    client_text.clear();
+  }
+
+  std::uint32_t slot;
+  std::uint32_t generation = 1;
+  conn_phase phase = conn_phase::free;
+  std::optional<socket_type> socket;
+  socket_address client;
+  socket_address server;
+  std::string client_text;  // client.to_string(), made when the access log first needs it
+  http::request_parser parser;
+
+  // Read side. Unparsed bytes stay in [rbeg, rend) only while the parser is
+  // paused for credit; otherwise the buffer is empty (and back in the pool).
+  std::unique_ptr<char[]> rbuf;
+  std::size_t rbeg = 0;
+  std::size_t rend = 0;
+  bool read_armed = false;
+  bool read_eof = false;
+  bool drain_probed = false;  // the drain looked for bytes already sent before closing it idle
+  bool parser_paused = false;
+  bool no_more_requests =
+      false;                   // parse nothing more; close when the in-flight responses are written
+  bool stop_dispatch = false;  // heads parsed from now on are not handed to the app
+  bool last_request = false;   // the request being received is the last one (drain)
+  bool skipping = false;       // events of a head that was not dispatched
+  bool ever_dispatched = false;  // the app knows this connection: it gets one disconnect
+  bool disconnect_sent = false;
+  bool wrote_any = false;
+  std::uint64_t body_unacked = 0;
+
+  // Requests: [hol_seq, next_seq) are in flight; hol_seq is the head of the line.
+  std::uint32_t next_seq = 0;
+  std::uint32_t hol_seq = 0;
+  bool body_open = false;  // body events of request body_seq are still coming
+  std::uint32_t body_seq = 0;
+  bool hol_started = false;        // bytes of the head-of-line response are queued
+  std::uint16_t error_status = 0;  // an error to answer once nothing is in flight
+  std::string_view error_reason{};
+  fifo<later_response> later;    // index i is request hol_seq + 1 + i
+  fifo<request_record> records;  // one per request in flight: index i is request hol_seq + i
+
+  // Write side: out holds the bytes in wire order; the first one is written
+  // from out_offset. unsent counts out and later.
+  fifo<byte_buffer> out;
+  std::size_t out_offset = 0;
+  std::uint64_t unsent = 0;
+  bool write_armed = false;
+  bool dirty = false;
+  bool drain_wanted = false;
+  std::uint64_t lingered = 0;
+
+  // Deadline list membership.
+  timer_kind tkind = timer_kind::none;
+  clock_type::time_point deadline{};
+  connection* tprev = nullptr;
+  connection* tnext = nullptr;
+};
+
+inline bool has_body(const http::request_head& head) noexcept {
+  switch (head.framing()) {
+    case http::body_framing::none:
+      return false;
+    case http::body_framing::content_length:
+      return head.content_length() != 0;
+    case http::body_framing::chunked:
+      return true;
+  }
+  return false;
+}
+
+}  // namespace cadeloop::net

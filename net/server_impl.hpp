@@ -1,0 +1,259 @@
+// Private to net/: class http_server::impl, the HTTP/1.1 server of one I/O
+// thread. Its parts live in separate files: http_server.cpp (the facade, app
+// commands, drain), server_accept.cpp (accepting), server_read.cpp (reading,
+// parsing, dispatch to the app), server_write.cpp (responses in request
+// order, writes), server_close.cpp (the settle() rules, closing, deadlines).
+// Every member runs on the server's I/O thread.
+#pragma once
+
+#include "server_connection.hpp"
+
+#include <cadeloop/http/date_cache.hpp>
+#include <cadeloop/http/request_parser.hpp>
+#include <cadeloop/net/access_log.hpp>
+#include <cadeloop/net/http_server.hpp>
+#include <cadeloop/net/listener.hpp>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace cadeloop::net {
+
+class http_server::impl {
+ public:
+  impl(asio::io_context& io, event_sink& sink, server_options options, server_counters& counters)
+      : io_{io},
+        sink_{sink},
+        opt_{std::move(options)},
+        ctr_{counters},
+        accept_retry_{io},
+        discard_{std::make_unique_for_overwrite<char[]>(discard_size)},
+        timer_{io} {
+    opt_.max_pipelined = std::max<std::uint32_t>(opt_.max_pipelined, 1);
+    opt_.read_buffer_size = std::max<std::size_t>(opt_.read_buffer_size, 1024);
+    if (opt_.access_log.enabled) {
+      log_ = std::make_unique<access_log>(opt_.access_log);
+    }
+  }
+
+  ~impl() {
+    // No sink calls from a destructor: the sink may be half gone.
+    for (auto& c : conns_) {
+      if (c->socket) {
+        error_code ec;
+        c->socket->close(ec);
+      }
+    }
+  }
+
+  void add_listener(std::unique_ptr<listener> l);
+  std::string listener_description() const;
+
+  // ------------------------------------------------------------ app commands
+
+  bool send(connection_id id, std::uint32_t seq, byte_buffer&& bytes, send_flags flags);
+  bool consume(connection_id id, std::uint64_t bytes);
+  bool close(connection_id id);
+  bool abort(connection_id id);
+  void recycle_head(connection_id id, std::unique_ptr<http::request_head> head);
+
+  // ------------------------------------------------------------ writes
+
+  void flush_writes();
+
+  [[nodiscard]] bool has_dirty() const noexcept { return !dirty_.empty(); }
+
+  // ------------------------------------------------------------ lifecycle
+
+  void begin_drain();
+  void abort_all();
+
+  [[nodiscard]] std::size_t connection_count() const noexcept { return open_count_; }
+
+ private:
+  struct listener_state {
+    std::unique_ptr<listener> l;
+    bool armed = false;
+  };
+  struct deadline_list {
+    connection* head = nullptr;
+    connection* tail = nullptr;
+  };
+  static constexpr std::size_t discard_size = 16 * 1024;
+
+  // ------------------------------------------------------------ lookup
+
+  // The connection `id` names, or nullptr when it is gone. Lingering
+  // connections only answer when `lingering_ok` (the app already got its
+  // disconnect; its late messages are stale).
+  connection* lookup(connection_id id, bool lingering_ok) noexcept {
+    if (id.slot >= conns_.size()) {
+      return nullptr;
+    }
+    connection* c = conns_[id.slot].get();
+    if (c->generation != id.generation || c->phase == conn_phase::free ||
+        (c->phase == conn_phase::lingering && !lingering_ok)) {
+      return nullptr;
+    }
+    return c;
+  }
+
+  // ------------------------------------------------------------ accepting
+
+  [[nodiscard]] bool budget_spent() const noexcept {
+    return open_count_ >= opt_.max_connections || in_flight_total_ >= opt_.max_requests_in_flight;
+  }
+
+  void arm_accept(listener_state& ls);
+  void on_acceptable(listener_state& ls);
+  void resume_accepting();
+
+  void maybe_resume_accept() {
+    if (accept_paused_ && !budget_spent() && !draining_) {
+      accept_paused_ = false;
+      resume_accepting();
+    }
+  }
+
+  void open_connection(socket_type peer, bool tcp);
+
+  // ------------------------------------------------------------ reading
+
+  [[nodiscard]] bool want_read(const connection& c) const noexcept {
+    return c.phase == conn_phase::open && !c.read_eof && !c.no_more_requests && !c.parser_paused &&
+           c.error_status == 0 && c.body_unacked <= opt_.body_window;
+  }
+
+  // Waits for readability rather than reading into a buffer: an idle
+  // connection holds no read buffer, and not re-arming is how reading stops
+  // (the kernel's receive window then pushes back on the client).
+  void arm_read(connection& c);
+  void on_readable(connection_id id, const error_code& ec);
+
+  // One non-blocking read and what follows from it (parsing, settling).
+  void read_available(connection& c);
+  void linger_read(connection& c);
+  std::unique_ptr<char[]> take_buffer();
+  void give_buffer(connection& c);
+  void process_input(connection& c);
+  void dispatch_events(connection& c);
+  void dispatch_head(connection& c, const http::parse_event& ev);
+  void emit_body(connection& c, std::span<const http::parse_event> pieces, std::size_t total,
+                 bool more_body);
+  void on_message_complete(connection& c, bool body_sent);
+  void on_parse_error(connection& c);
+
+  // ------------------------------------------------------------ responses
+
+  void append_out(connection& c, byte_buffer&& bytes);
+  void queue_error_response(connection& c, std::uint16_t status, std::string_view reason);
+
+  // The head-of-line response finished: move on to the next request, whose
+  // response may already be waiting (pipelining), and give the parser credit.
+  void finish_hol(connection& c, bool keep_alive);
+
+  // The head-of-line response ended: its status class, its latency.
+  void complete_record(connection& c, clock_type::time_point now);
+
+  // Queues one access-log line; a full queue drops it (counted), never waits.
+  void log_line(connection& c, std::string_view captured, unsigned status, std::uint64_t bytes,
+                std::uint64_t duration_us);
+
+  // Forgets every request in flight (their responses will be dropped as stale).
+  void abandon_in_flight(connection& c, bool send_disconnect);
+  void check_drained(connection& c);
+
+  void mark_dirty(connection& c) {
+    if (!c.dirty && !c.write_armed) {
+      c.dirty = true;
+      dirty_.push_back(c.id());
+    }
+  }
+
+  void arm_write(connection& c);
+
+  // One writev of as much pending output as fits; the rest waits for writability.
+  void write_once(connection& c);
+
+  // ------------------------------------------------------------ closing
+
+  // Every decision about a connection's next step is made here, after each
+  // event that may change it, so the rules live in one place.
+  void settle(connection& c);
+
+  // Graceful end after the last byte was written.
+  void begin_close(connection& c);
+  void close_now(connection& c);
+
+  // ------------------------------------------------------------ deadlines
+
+  [[nodiscard]] clock_type::duration timeout_of(timer_kind k) const noexcept {
+    switch (k) {
+      case timer_kind::head:
+        return opt_.request_line_timeout;
+      case timer_kind::idle:
+        return opt_.keepalive_idle;
+      case timer_kind::linger:
+        return opt_.linger_timeout;
+      case timer_kind::none:
+        break;
+    }
+    return {};
+  }
+
+  void update_timer(connection& c);
+  void link_timer(connection& c, timer_kind k);
+  void unlink_timer(connection& c);
+
+  // One Asio timer for all connections, set to the earliest deadline. It is
+  // moved only when a new deadline is earlier than the one it waits for; a
+  // deadline that was removed meanwhile just makes it fire early.
+  void arm_timer(clock_type::time_point at);
+  void on_timer();
+  void expire(connection& c, timer_kind k);
+  asio::io_context& io_;
+  event_sink& sink_;
+  server_options opt_;
+  server_counters& ctr_;
+  std::unique_ptr<access_log> log_;  // null when the access log is off
+  http::date_cache dates_;
+
+  // Spare request heads for every connection's parser; declared before the
+  // connections, so it outlives them.
+  http::head_pool head_pool_;
+  std::vector<std::unique_ptr<connection>> conns_;
+  std::vector<std::uint32_t> free_slots_;
+  std::size_t open_count_ = 0;
+  std::uint64_t in_flight_total_ = 0;
+  std::vector<std::unique_ptr<listener_state>> listeners_;
+  bool draining_ = false;
+  bool accept_paused_ = false;
+  bool accept_backoff_ = false;
+  asio::steady_timer accept_retry_;
+  std::vector<connection_id> dirty_;
+  std::vector<connection_id> dirty_swap_;
+  std::vector<asio::const_buffer> iov_;
+  std::vector<std::unique_ptr<char[]>> buffer_pool_;
+  std::unique_ptr<char[]> discard_;
+  std::string scratch_;
+
+  std::array<deadline_list, timer_kind_count> lists_{};
+  asio::steady_timer timer_;
+  bool timer_armed_ = false;
+  clock_type::time_point timer_at_{};
+  std::uint64_t timer_epoch_ = 0;
+};
+
+}  // namespace cadeloop::net

@@ -1,0 +1,277 @@
+// http_server::impl, the read side: waiting for readability, reading into
+// pooled buffers, feeding the parser, and handing heads and body pieces to
+// the app in order; parse errors; lingering reads after a close.
+
+#include "server_impl.hpp"
+
+#include <cstring>
+#include <span>
+#include <utility>
+
+namespace cadeloop::net {
+
+// Waits for readability rather than reading into a buffer: an idle
+// connection holds no read buffer, and not re-arming is how reading stops
+// (the kernel's receive window then pushes back on the client).
+void http_server::impl::arm_read(connection& c) {
+  if (c.read_armed) {
+    return;
+  }
+  c.read_armed = true;
+  const connection_id id = c.id();
+  c.socket->async_wait(asio::socket_base::wait_read,
+                       [this, id](const error_code& ec) { on_readable(id, ec); });
+}
+
+void http_server::impl::on_readable(connection_id id, const error_code& ec) {
+  connection* c = lookup(id, true);
+  if (c == nullptr) {
+    return;  // closed meanwhile (the wait completed with operation_aborted)
+  }
+  c->read_armed = false;
+  if (ec) {
+    close_now(*c);
+    return;
+  }
+  if (c->phase == conn_phase::lingering) {
+    linger_read(*c);
+    return;
+  }
+  if (!want_read(*c)) {
+    return;  // reading was paused after the wait was armed; settle() re-arms
+  }
+  read_available(*c);
+}
+
+// One non-blocking read and what follows from it (parsing, settling).
+void http_server::impl::read_available(connection& c) {
+  if (!c.rbuf) {
+    c.rbuf = take_buffer();
+  }
+  error_code read_ec;
+  const std::size_t n = c.socket->read_some(
+      asio::buffer(c.rbuf.get() + c.rend, opt_.read_buffer_size - c.rend), read_ec);
+  if (would_block(read_ec)) {
+    settle(c);
+    return;
+  }
+  if (read_ec == asio::error::eof) {
+    c.read_eof = true;
+    settle(c);
+    return;
+  }
+  if (read_ec) {
+    close_now(c);  // reset by peer and the like: nothing can be answered
+    return;
+  }
+  ctr_.bytes_in.add(n);
+  c.rend += n;
+  process_input(c);
+  settle(c);
+}
+
+void http_server::impl::linger_read(connection& c) {
+  error_code ec;
+  const std::size_t n = c.socket->read_some(asio::buffer(discard_.get(), discard_size), ec);
+  if (would_block(ec)) {
+    arm_read(c);
+    return;
+  }
+  if (ec) {
+    close_now(c);  // eof: the client read our answer and closed; the normal end
+    return;
+  }
+  c.lingered += n;
+  if (c.lingered > opt_.linger_max_bytes) {
+    close_now(c);
+    return;
+  }
+  arm_read(c);
+}
+
+std::unique_ptr<char[]> http_server::impl::take_buffer() {
+  if (!buffer_pool_.empty()) {
+    auto b = std::move(buffer_pool_.back());
+    buffer_pool_.pop_back();
+    return b;
+  }
+  return std::make_unique_for_overwrite<char[]>(opt_.read_buffer_size);
+}
+
+void http_server::impl::give_buffer(connection& c) {
+  if (c.rbuf && buffer_pool_.size() < read_buffer_pool_max) {
+    buffer_pool_.push_back(std::move(c.rbuf));
+  }
+  c.rbuf.reset();
+}
+
+void http_server::impl::process_input(connection& c) {
+  while (c.phase == conn_phase::open && !c.no_more_requests && c.rbeg < c.rend) {
+    const std::string_view input{c.rbuf.get() + c.rbeg, c.rend - c.rbeg};
+    const http::feed_result r = c.parser.feed(input);
+    c.parser_paused = false;
+    dispatch_events(c);
+    c.rbeg += r.consumed;
+    bool again = false;
+    switch (r.status) {
+      case http::feed_status::ok:
+        again = true;
+        break;
+      case http::feed_status::paused:
+        // Credit spent: keep the rest, stop reading, resume in finish_hol().
+        c.parser_paused = true;
+        break;
+      case http::feed_status::closing:
+      case http::feed_status::upgraded:
+        // A non-persistent request (or an upgrade, whose codec is not wired
+        // yet): its response is the last; what follows is ignored.
+        c.no_more_requests = true;
+        c.rbeg = c.rend;
+        break;
+      case http::feed_status::error:
+        on_parse_error(c);
+        c.rbeg = c.rend;
+        break;
+    }
+    if (!again) {
+      break;
+    }
+  }
+  if (c.rbeg == c.rend) {
+    c.rbeg = c.rend = 0;
+    give_buffer(c);
+  } else if (c.rbeg != 0) {
+    std::memmove(c.rbuf.get(), c.rbuf.get() + c.rbeg, c.rend - c.rbeg);
+    c.rend -= c.rbeg;
+    c.rbeg = 0;
+  }
+}
+
+void http_server::impl::dispatch_events(connection& c) {
+  const std::span<const http::parse_event> events = c.parser.events();
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const http::parse_event& ev = events[i];
+    switch (ev.kind) {
+      case http::parse_event_kind::head:
+        dispatch_head(c, ev);
+        break;
+      case http::parse_event_kind::body: {
+        // One buffer for the run of body pieces this feed produced.
+        std::size_t j = i;
+        std::size_t total = 0;
+        while (j < events.size() && events[j].kind == http::parse_event_kind::body) {
+          total += events[j].body.size();
+          ++j;
+        }
+        const bool complete =
+            j < events.size() && events[j].kind == http::parse_event_kind::message_complete;
+        if (!c.skipping && c.body_open) {
+          emit_body(c, events.subspan(i, j - i), total, !complete);
+        }
+        i = j - 1;
+        if (complete) {
+          ++i;
+          on_message_complete(c, true);
+        }
+        break;
+      }
+      case http::parse_event_kind::message_complete:
+        on_message_complete(c, false);
+        break;
+    }
+  }
+}
+
+void http_server::impl::dispatch_head(connection& c, const http::parse_event& ev) {
+  if (c.stop_dispatch) {
+    c.skipping = true;  // parsed behind the last request: never answered
+    return;
+  }
+  c.skipping = false;
+  const bool body = has_body(*ev.head);
+  request_info info{c.client, c.server, body, draining_, false};
+  std::unique_ptr<http::request_head> head = c.parser.take_head(ev);
+  const std::uint32_t seq = c.next_seq;
+  // The record first, so an allocation failure leaves nothing handed over.
+  c.records.emplace_back();
+  if (log_) {
+    log_->capture(*head, c.records.back().log);  // the head itself goes to the app
+  }
+  try {
+    sink_.on_request(c.id(), seq, std::move(head), info);
+  } catch (...) {
+    c.records.pop_back();
+    throw;
+  }
+  c.records.back().dispatched = clock_type::now();
+  ++c.next_seq;
+  ++in_flight_total_;
+  c.ever_dispatched = true;
+  ctr_.requests.add();
+  ctr_.requests_in_flight.add();
+  if (draining_) {
+    c.stop_dispatch = true;
+    c.last_request = true;
+  }
+  if (body) {
+    c.body_open = true;
+    c.body_seq = seq;
+  }
+}
+
+void http_server::impl::emit_body(connection& c, std::span<const http::parse_event> pieces,
+                                  std::size_t total, bool more_body) {
+  if (c.body_seq - c.hol_seq >= c.in_flight()) {
+    return;  // its response is already finished: nobody reads this body
+  }
+  byte_buffer bytes{total};
+  std::size_t at = 0;
+  for (const http::parse_event& p : pieces) {
+    if (!p.body.empty()) {
+      std::memcpy(bytes.data() + at, p.body.data(), p.body.size());
+      at += p.body.size();
+    }
+  }
+  sink_.on_body(c.id(), c.body_seq, std::move(bytes), more_body);
+  c.body_unacked += total;
+}
+
+void http_server::impl::on_message_complete(connection& c, bool body_sent) {
+  if (c.skipping) {
+    return;
+  }
+  if (c.body_open) {
+    if (!body_sent) {
+      emit_body(c, {}, 0, false);
+    }
+    c.body_open = false;
+  }
+  if (c.last_request) {
+    c.no_more_requests = true;
+  }
+}
+
+void http_server::impl::on_parse_error(connection& c) {
+  const http::parse_error& err = c.parser.error();
+  ctr_.protocol_errors.add();
+  if (c.stop_dispatch || c.no_more_requests) {
+    c.no_more_requests = true;  // behind the last request: closing anyway
+    return;
+  }
+  c.no_more_requests = true;
+  if (c.body_open) {
+    // The body of a request the app already has went bad. The app learns
+    // it as a disconnect; only when that request heads the line and
+    // nothing of its response is out can the error still answer it.
+    const bool answerable = c.body_seq == c.hol_seq && !c.hol_started;
+    abandon_in_flight(c, true);
+    if (answerable) {
+      queue_error_response(c, err.status, err.reason);
+    }
+    return;
+  }
+  c.error_status = err.status;
+  c.error_reason = err.reason;
+}
+
+}  // namespace cadeloop::net
