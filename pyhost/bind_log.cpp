@@ -1,6 +1,6 @@
 // cadeloop._core.log, set_log_level, log_level: the native server log
 // (runtime/server_log.hpp) for Python. The `cadeloop` logger's handler
-// (cadeloop.server._ServerLogHandler) hands every formatted record here, so
+// (cadeloop._log.ServerLogHandler) hands every formatted record here, so
 // messages from Python and from C++ share one writer, one level and one
 // order on stderr. No Python object is kept: the log is process-wide, shared
 // by every interpreter that imports the module.

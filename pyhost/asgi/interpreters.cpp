@@ -3,9 +3,10 @@
 // the parent-death signal of worker processes.
 //
 // A sub-interpreter pair is a native thread that creates its interpreter with
-// Py_NewInterpreterFromConfig, calls one Python function there (which builds
-// and runs a single-pair cadeloop.server.Server, lifespan included), records
-// the outcome as plain C++ data and ends the interpreter. Nothing in this
+// Py_NewInterpreterFromConfig, calls one Python function there
+// (cadeloop._subinterpreters.run_interp_pair, which builds and runs a
+// cadeloop._pair.PairServer, lifespan included), records the outcome as plain
+// C++ data and ends the interpreter. Nothing in this
 // file holds a Python object beyond the call that made it: the registry is
 // plain data shared by every interpreter (the module's C++ statics are
 // per-process, its Python objects per-interpreter).
@@ -233,7 +234,7 @@ void run_interpreter(std::shared_ptr<interp_slot> s) {
   // raw _thread thread, a C thread). Give them `thread_grace` seconds, in
   // slices with our GIL released so they can run, and leave the interpreter
   // alive rather than abort if they never end (the process then exits
-  // without finalizing; see cadeloop._supervisor).
+  // without finalizing; see cadeloop.server.run_server).
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds{static_cast<std::int64_t>(s->thread_grace * 1000)};
   while (other_threads(tstate) > 0 && std::chrono::steady_clock::now() < deadline) {

@@ -1,7 +1,7 @@
 // cadeloop._core.ServerCore: one core pair (native I/O thread, rings) plus
 // the ASGI bridge that joins the pair's inbound ring to a cadeloop.Loop.
 // Cold paths (construction, start, stop, stats) go through pybind11; the
-// per-request path lives in bridge.cpp on the raw C API.
+// per-request path lives in bridge*.cpp and request_type.cpp on the raw C API.
 #include <pybind11/stl.h>
 
 #include <cadeloop/net/access_log.hpp>

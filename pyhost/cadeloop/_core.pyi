@@ -177,7 +177,7 @@ class ServerCore:
         """The pair's counters (from its stats page: see StatsRegion.snapshot for the keys) plus the
         bridge's (app_requests, eager_completed, drain_waits, app_passes_with_work, active_tasks)."""
 
-# --- per-pair stats pages in shared memory (pyhost/asgi/server_core.cpp; runtime/stats_page.hpp) ---
+# --- per-pair stats pages in shared memory (pyhost/asgi/server_core.cpp; runtime/stats/.../stats_page.hpp) ---
 # ServerCore options that place a pair on a page: "stats_region" (a StatsRegion) + "stats_index",
 # or, from another interpreter, "stats_page_address" (StatsRegion.address(i)) + "stats_index".
 # Access log options: "access_log" (bool), "access_log_format", "access_log_file", "access_log_queue".
