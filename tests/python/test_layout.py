@@ -15,6 +15,7 @@ anything goes red here.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -348,3 +349,38 @@ def test_length_rule_counts_lines(tmp_path: Path, lines: int, too_long: bool) ->
     (tmp_path / "runtime" / "notes.md").write_text("x\n" * (MAX_LINES + 5))  # not a source file
     expected = [f"{Path('runtime') / 'big.cpp'}: {lines} lines"] if too_long else []
     assert long_source_files(tmp_path) == expected
+
+
+# ---------------------------------------------------------------- pyhost's two parts
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+#: The one header of pyhost/loop/ that anything outside it may include.
+LOOP_INTERFACE = "loop/loop_source.hpp"
+
+
+def asgi_loop_includes(pyhost: Path) -> list[str]:
+    """Includes of a pyhost/loop/ header other than its interface, by a file of pyhost/asgi/ (file:line)."""
+    found = []
+    for path in sorted((pyhost / "asgi").rglob("*")):
+        if path.suffix not in (".cpp", ".hpp", ".h"):
+            continue
+        text = path.read_text(errors="replace")
+        for m in INCLUDE.finditer(text):
+            target = m.group(1)
+            if (target.startswith("loop/") or target.startswith("../loop/")) and target != LOOP_INTERFACE:
+                line = text.count("\n", 0, m.start()) + 1
+                found.append(f"{path.relative_to(pyhost.parent)}:{line}: includes {target}")
+    return found
+
+
+def test_asgi_reaches_the_loop_only_through_loop_source() -> None:
+    found = asgi_loop_includes(ROOT / "pyhost")
+    assert not found, f"pyhost/asgi/ may include only {LOOP_INTERFACE} of pyhost/loop/:\n" + "\n".join(found)
+
+
+def test_include_rule_finds_a_loop_header(tmp_path: Path) -> None:
+    (tmp_path / "pyhost" / "asgi").mkdir(parents=True)
+    (tmp_path / "pyhost" / "asgi" / "a.cpp").write_text(
+        '#include "loop/loop_source.hpp"\n#include "py_exception.hpp"\n  #include "loop/loop_core.hpp"\n')
+    assert asgi_loop_includes(tmp_path / "pyhost") == [
+        f"{Path('pyhost') / 'asgi' / 'a.cpp'}:3: includes loop/loop_core.hpp"]
