@@ -14,6 +14,7 @@
 
 #include <cadeloop/config/settings.hpp>
 
+#include "config_values.hpp"
 #include "register.hpp"
 
 namespace cadeloop::pyhost {
@@ -57,15 +58,6 @@ const char* error_kind_name(cfg::error_kind k) {
   return "?";
 }
 
-/// Raises cadeloop._core.SettingError(line) with `.kind` set.
-[[noreturn]] void raise_setting_error(const cfg::setting_error& e) {
-  py::object type = py::module_::import("cadeloop._core").attr("SettingError");
-  py::object exc = type(py::str(e.what()));
-  exc.attr("kind") = py::str(error_kind_name(e.kind()));
-  PyErr_SetObject(type.ptr(), exc.ptr());
-  throw py::error_already_set();
-}
-
 /// Runs `f`, turning a refused setting into SettingError.
 template <class F>
 auto guarded(F&& f) -> decltype(f()) {
@@ -74,44 +66,6 @@ auto guarded(F&& f) -> decltype(f()) {
   } catch (const cfg::setting_error& e) {
     raise_setting_error(e);
   }
-}
-
-py::object to_python(const cfg::value& v) {
-  if (const auto* b = std::get_if<bool>(&v)) {
-    return py::bool_(*b);
-  }
-  if (const auto* i = std::get_if<std::int64_t>(&v)) {
-    return py::int_(*i);
-  }
-  if (const auto* d = std::get_if<double>(&v)) {
-    return py::float_(*d);
-  }
-  if (const auto* s = std::get_if<std::string>(&v)) {
-    return py::str(*s);
-  }
-  return py::none();
-}
-
-cfg::typed_input from_python(const py::handle& obj) {
-  if (obj.is_none()) {
-    return std::monostate{};
-  }
-  if (PyBool_Check(obj.ptr())) {
-    return obj.ptr() == Py_True;
-  }
-  if (PyLong_Check(obj.ptr())) {
-    int overflow = 0;
-    const long long n = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
-    if (overflow == 0 && !(n == -1 && PyErr_Occurred())) {
-      return static_cast<std::int64_t>(n);
-    }
-    PyErr_Clear();
-  } else if (PyFloat_Check(obj.ptr())) {
-    return PyFloat_AsDouble(obj.ptr());
-  } else if (PyUnicode_Check(obj.ptr())) {
-    return obj.cast<std::string>();
-  }
-  return cfg::foreign{py::repr(obj).cast<std::string>()};
 }
 
 py::list table() {
@@ -166,14 +120,14 @@ py::object check_setting(const std::string& name, const py::handle& v, const py:
   return guarded([&] {
     const cfg::setting& s = cfg::require_setting(name);
     const std::string w = where.is_none() ? name : where.cast<std::string>();
-    return to_python(cfg::accept(s, from_python(v), w));
+    return to_python(cfg::accept(s, typed_input_from(v), w));
   });
 }
 
 std::string format_setting(const std::string& name, const py::handle& v, bool toml) {
   return guarded([&] {
     const cfg::setting& s = cfg::require_setting(name);
-    const cfg::value value = cfg::accept(s, from_python(v), name);
+    const cfg::value value = cfg::accept(s, typed_input_from(v), name);
     return toml ? cfg::format_toml(s, value) : cfg::format_value(s, value);
   });
 }
@@ -204,7 +158,7 @@ py::list resolve(const py::object& file, const py::object& environ, const std::s
       for (const auto& [key, v] : arguments.cast<py::dict>()) {
         const std::string name = key.cast<std::string>();
         const cfg::setting& s = cfg::require_setting(name);
-        argument_layer.push_back({&s, cfg::accept(s, from_python(v), name), arguments_origin});
+        argument_layer.push_back({&s, cfg::accept(s, typed_input_from(v), name), arguments_origin});
       }
     }
     layers.push_back(std::move(argument_layer));
@@ -217,6 +171,52 @@ py::list resolve(const py::object& file, const py::object& environ, const std::s
 }
 
 }  // namespace
+
+[[noreturn]] void raise_setting_error(const cfg::setting_error& e) {
+  py::object type = py::module_::import("cadeloop._core").attr("SettingError");
+  py::object exc = type(py::str(e.what()));
+  exc.attr("kind") = py::str(error_kind_name(e.kind()));
+  PyErr_SetObject(type.ptr(), exc.ptr());
+  throw py::error_already_set();
+}
+
+py::object to_python(const cfg::value& v) {
+  if (const auto* b = std::get_if<bool>(&v)) {
+    return py::bool_(*b);
+  }
+  if (const auto* i = std::get_if<std::int64_t>(&v)) {
+    return py::int_(*i);
+  }
+  if (const auto* d = std::get_if<double>(&v)) {
+    return py::float_(*d);
+  }
+  if (const auto* s = std::get_if<std::string>(&v)) {
+    return py::str(*s);
+  }
+  return py::none();
+}
+
+cfg::typed_input typed_input_from(const py::handle& obj) {
+  if (obj.is_none()) {
+    return std::monostate{};
+  }
+  if (PyBool_Check(obj.ptr())) {
+    return obj.ptr() == Py_True;
+  }
+  if (PyLong_Check(obj.ptr())) {
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+    if (overflow == 0 && !(n == -1 && PyErr_Occurred())) {
+      return static_cast<std::int64_t>(n);
+    }
+    PyErr_Clear();
+  } else if (PyFloat_Check(obj.ptr())) {
+    return PyFloat_AsDouble(obj.ptr());
+  } else if (PyUnicode_Check(obj.ptr())) {
+    return obj.cast<std::string>();
+  }
+  return cfg::foreign{py::repr(obj).cast<std::string>()};
+}
 
 void register_config(py::module_& m) {
   PyObject* error = PyErr_NewExceptionWithDoc(

@@ -1,16 +1,22 @@
 // cadeloop._core.ServerCore: one core pair (native I/O thread, rings) plus
-// the ASGI bridge that joins the pair's inbound ring to a cadeloop.Loop.
+// the ASGI bridge that joins the pair's inbound ring to a cadeloop.Loop; the
+// settings hand-off from Python (core_options, pair_options_preview).
 // Cold paths (construction, start, stop, stats) go through pybind11; the
 // per-request path lives in bridge*.cpp and request_type.cpp on the raw C API.
 #include <pybind11/stl.h>
 
+#include <cadeloop/config/settings.hpp>
+#include <cadeloop/http/request.hpp>
 #include <cadeloop/net/access_log.hpp>
 #include <cadeloop/runtime/core_pair.hpp>
+#include <cadeloop/runtime/pair_settings.hpp>
 #include <cadeloop/runtime/stats/stats_page.hpp>
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -18,10 +24,13 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
-#include "register.hpp"
 #include "asgi/bridge.hpp"
+#include "config_values.hpp"
+#include "register.hpp"
 
 namespace cadeloop::pyhost {
 
@@ -29,24 +38,101 @@ namespace py = pybind11;
 
 namespace {
 
-template <class T>
-T option(const py::dict& options, const char* key, T fallback) {
-  if (!options.contains(key)) {
-    return fallback;
-  }
-  py::object v = options[key];
-  if (v.is_none()) {
-    return fallback;
-  }
-  return v.cast<T>();
+// ---------------------------------------------------------------- the settings hand-off
+//
+// ServerCore's options are the dict cadeloop.config.Config.core_options()
+// gives: every setting of the table by name (checked again here, through the
+// table, as Config checks it), plus the pair's placement keys. The resolved
+// values become the pair's options in one place, runtime::pair_settings_from.
+
+/// Options that are not settings: where the pair's stats page is, set per
+/// pair by whoever starts it (cadeloop._supervisor).
+constexpr std::array<std::string_view, 3> placement_keys{"stats_index", "stats_region",
+                                                         "stats_page_address"};
+
+bool is_placement_key(std::string_view key) {
+  return std::find(placement_keys.begin(), placement_keys.end(), key) != placement_keys.end();
 }
 
-std::chrono::milliseconds seconds_option(const py::dict& options, const char* key, std::chrono::milliseconds fallback) {
+/// A placement key's value, or `fallback` when it is missing or None.
+template <class T>
+T placement(const py::dict& options, const char* key, T fallback) {
   if (!options.contains(key) || py::object(options[key]).is_none()) {
     return fallback;
   }
-  const double s = py::object(options[key]).cast<double>();
-  return std::chrono::milliseconds{static_cast<std::int64_t>(s * 1000.0)};
+  return py::object(options[key]).cast<T>();
+}
+
+/// A limit that may be removed (a nullable size) crosses as a number: its
+/// none is http::request_limits::unlimited, the core's one "no limit".
+bool is_removable_limit(const config::setting& s) {
+  return s.nullable && s.type == config::kind::size;
+}
+
+config::typed_input core_input(const config::setting& s, const py::handle& obj) {
+  if (is_removable_limit(s) && PyLong_Check(obj.ptr())) {
+    const unsigned long long n = PyLong_AsUnsignedLongLong(obj.ptr());
+    if (n == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();  // negative or too large: typed_input_from shows it as it is
+    } else if (n == http::request_limits::unlimited) {
+      return std::monostate{};
+    }
+  }
+  return typed_input_from(obj);
+}
+
+/// The settings in `options`, read through the table; a setting that is not
+/// there keeps its default. Raises SettingError for a bad value or a key that
+/// is neither a setting nor a placement key.
+config::resolved_values settings_from(const py::dict& options) {
+  try {
+    config::resolved_values values;
+    for (const auto& [key, v] : options) {
+      const std::string name = py::str(key);
+      if (is_placement_key(name)) {
+        continue;
+      }
+      const config::setting& s = config::require_setting(name);
+      values.set(config::id_of(s), config::accept(s, core_input(s, v), name));
+    }
+    return values;
+  } catch (const config::setting_error& e) {
+    raise_setting_error(e);
+  }
+}
+
+runtime::pair_settings pair_settings_from(const py::dict& options) {
+  const config::resolved_values values = settings_from(options);
+  try {
+    return runtime::pair_settings_from(values);
+  } catch (const config::setting_error& e) {
+    raise_setting_error(e);
+  }
+}
+
+/// Config.core_options(): the table's values (checked) as ServerCore reads them.
+py::dict core_options(const py::dict& values) {
+  const config::resolved_values v = settings_from(values);
+  py::dict out;
+  for (const config::setting& s : config::settings()) {
+    const config::setting_id id = config::id_of(s);
+    if (is_removable_limit(s) && v.is_none(id)) {
+      out[py::str(std::string{s.name})] = py::int_(http::request_limits::unlimited);
+    } else {
+      out[py::str(std::string{s.name})] = to_python(v[id]);
+    }
+  }
+  return out;
+}
+
+/// _core.pair_options_preview: every option field a setting fills, read back.
+py::list pair_options_preview(const py::dict& options) {
+  py::list out;
+  for (const runtime::option_reading& r : runtime::read_back(pair_settings_from(options))) {
+    out.append(
+        py::make_tuple(std::string{config::row(r.id).name}, std::string{r.field}, to_python(r.v)));
+  }
+  return out;
 }
 
 /// A stats snapshot as a dict: every counter of pair_stats_snapshot under its
@@ -121,8 +207,12 @@ class py_stats_region {
 
   [[nodiscard]] std::size_t size() const noexcept { return region_.size(); }
   runtime::pair_stats_page& page(std::size_t i) { return region_.page(i); }
-  [[nodiscard]] std::uintptr_t address(std::size_t i) { return reinterpret_cast<std::uintptr_t>(&region_.page(i)); }
-  [[nodiscard]] py::dict snapshot(std::size_t i) const { return snapshot_dict(runtime::snapshot(region_.page(i))); }
+  [[nodiscard]] std::uintptr_t address(std::size_t i) {
+    return reinterpret_cast<std::uintptr_t>(&region_.page(i));
+  }
+  [[nodiscard]] py::dict snapshot(std::size_t i) const {
+    return snapshot_dict(runtime::snapshot(region_.page(i)));
+  }
   [[nodiscard]] py::list snapshot_all() const {
     py::list out;
     for (const runtime::pair_stats_snapshot& s : region_.snapshot_all()) {
@@ -154,27 +244,31 @@ bool mapped(std::uintptr_t address, std::size_t size) {
 /// "stats_index", or "stats_page_address" (an int from StatsRegion.address)
 /// with "stats_index"; nullptr when neither is given (the pair keeps a
 /// private page). `keep` holds the region object while the pair lives.
-runtime::pair_stats_page* stats_page_option(const py::dict& options, std::uint32_t index, py::object& keep) {
+runtime::pair_stats_page* stats_page_option(const py::dict& options, std::uint32_t index,
+                                            py::object& keep) {
   if (options.contains("stats_region") && !py::object(options["stats_region"]).is_none()) {
     py::object region = options["stats_region"];
     auto& r = region.cast<py_stats_region&>();
     if (index >= r.size()) {
-      throw py::value_error("stats_index " + std::to_string(index) + " is outside the stats region (" +
-                            std::to_string(r.size()) + " pages)");
+      throw py::value_error("stats_index " + std::to_string(index) +
+                            " is outside the stats region (" + std::to_string(r.size()) +
+                            " pages)");
     }
     keep = std::move(region);
     return &r.page(index);
   }
-  const auto address = option<std::uintptr_t>(options, "stats_page_address", 0);
+  const auto address = placement<std::uintptr_t>(options, "stats_page_address", 0);
   if (address == 0) {
     return nullptr;
   }
-  if (address % alignof(runtime::pair_stats_page) != 0 || !mapped(address, sizeof(runtime::pair_stats_page))) {
+  if (address % alignof(runtime::pair_stats_page) != 0 ||
+      !mapped(address, sizeof(runtime::pair_stats_page))) {
     throw py::value_error("stats_page_address is not the address of a stats page");
   }
   auto* page = reinterpret_cast<runtime::pair_stats_page*>(address);
   if (!page->valid() || page->header.index.load(std::memory_order_relaxed) != index) {
-    throw py::value_error("stats_page_address is not page " + std::to_string(index) + " of a live StatsRegion");
+    throw py::value_error("stats_page_address is not page " + std::to_string(index) +
+                          " of a live StatsRegion");
   }
   return page;
 }
@@ -183,56 +277,27 @@ runtime::pair_stats_page* stats_page_option(const py::dict& options, std::uint32
 /// (the thread that runs the cadeloop.Loop it is attached to).
 class server_core {
  public:
-  server_core(py::object app, py::object loop, py::dict options, py::object on_error, py::object on_stopped) {
-    runtime::core_pair_options o;
-    const std::string kind = option<std::string>(options, "kind", "tcp");
-    const int backlog = option<int>(options, "backlog", 1024);
-    if (kind == "unix") {
-      o.listen = net::listen_spec::unix_socket(option<std::string>(options, "path", ""), backlog);
-    } else if (kind == "fd") {
-      o.listen = net::listen_spec::inherited(option<int>(options, "fd", -1));
-    } else {
-      o.listen = net::listen_spec::tcp(option<std::string>(options, "host", "127.0.0.1"),
-                                       option<std::uint16_t>(options, "port", 8000), backlog);
-    }
-    net::server_options& s = o.server;
-    s.limits.max_body = option<std::uint64_t>(options, "max_body", s.limits.max_body);
-    s.limits.max_url = option<std::size_t>(options, "max_url", s.limits.max_url);
-    s.limits.max_header_bytes = option<std::size_t>(options, "max_header_bytes", s.limits.max_header_bytes);
-    s.limits.max_headers = option<std::size_t>(options, "max_headers", s.limits.max_headers);
-    s.max_pipelined = option<std::uint32_t>(options, "max_pipelined", s.max_pipelined);
-    s.body_window = option<std::uint64_t>(options, "body_window", s.body_window);
-    s.drain_low_mark = option<std::uint64_t>(options, "drain_low_mark", s.drain_low_mark);
-    s.max_connections = option<std::size_t>(options, "max_connections", s.max_connections);
-    s.max_requests_in_flight = option<std::size_t>(options, "max_requests_in_flight", s.max_requests_in_flight);
-    s.request_line_timeout = seconds_option(options, "request_line_timeout", s.request_line_timeout);
-    s.keepalive_idle = seconds_option(options, "keepalive_idle", s.keepalive_idle);
-    s.linger_timeout = seconds_option(options, "linger_timeout", s.linger_timeout);
-    s.server_header = option<std::string>(options, "server_header", s.server_header);
-    s.access_log.enabled = option<bool>(options, "access_log", false);
-    s.access_log.format = option<std::string>(options, "access_log_format", "");
-    s.access_log.file = option<std::string>(options, "access_log_file", "");
-    s.access_log.queue_lines = option<std::size_t>(options, "access_log_queue", s.access_log.queue_lines);
-    o.grace = seconds_option(options, "grace", o.grace);
-    o.spin = std::chrono::microseconds{option<std::int64_t>(options, "io_spin_us", 0)};
-    o.index = option<std::uint32_t>(options, "stats_index", 0);
+  server_core(py::object app, py::object loop, py::dict options, py::object on_error,
+              py::object on_stopped) {
+    runtime::pair_settings settings = pair_settings_from(options);
+    runtime::core_pair_options& o = settings.pair;
+    o.index = placement<std::uint32_t>(options, "stats_index", 0);
     o.stats_page = stats_page_option(options, o.index, region_);
-    const std::string server_header = s.server_header;
     pair_ = std::make_unique<runtime::core_pair>(std::move(o));
 
     server::bridge_options b;
-    b.send_high_mark = option<std::uint64_t>(options, "send_high_mark", b.send_high_mark);
-    b.root_path = option<std::string>(options, "root_path", "");
-    b.unix_path = option<std::string>(options, "path", "");
-    b.server_header = server_header;
+    b.send_high_mark = settings.app.send_high_mark;
+    b.root_path = std::move(settings.app.root_path);
+    b.unix_path = std::move(settings.app.unix_path);
+    b.server_header = std::move(settings.app.server_header);
     py::module_ core = py::module_::import("cadeloop._core");
     py::object request_type = core.attr("Request");
     py::object ready_type = core.attr("Ready");
     py::object disconnected = core.attr("ClientDisconnected");
     try {
-      bridge_ = std::make_unique<server::bridge>(pair_->app(), app.ptr(), loop.ptr(), on_error.ptr(),
-                                                 on_stopped.ptr(), request_type.ptr(), ready_type.ptr(),
-                                                 disconnected.ptr(), std::move(b));
+      bridge_ = std::make_unique<server::bridge>(
+          pair_->app(), app.ptr(), loop.ptr(), on_error.ptr(), on_stopped.ptr(), request_type.ptr(),
+          ready_type.ptr(), disconnected.ptr(), std::move(b));
     } catch (const std::bad_alloc&) {
       if (PyErr_Occurred()) {
         throw py::error_already_set();
@@ -304,62 +369,88 @@ void register_server(py::module_& m) {
   if (server::add_types(m.ptr()) < 0) {
     throw py::error_already_set();
   }
-  py::class_<server_core>(m, "ServerCore",
-                          "One core pair (native I/O thread) and its ASGI bridge; see cadeloop.server. Loop thread.")
-      .def(py::init<py::object, py::object, py::dict, py::object, py::object>(), py::arg("app"), py::arg("loop"),
-           py::arg("options"), py::arg("on_error"), py::arg("on_stopped"))
+  py::class_<server_core>(
+      m, "ServerCore",
+      "One core pair (native I/O thread) and its ASGI bridge; see cadeloop.server. Loop thread.")
+      .def(py::init<py::object, py::object, py::dict, py::object, py::object>(), py::arg("app"),
+           py::arg("loop"), py::arg("options"), py::arg("on_error"), py::arg("on_stopped"))
       .def("start", &server_core::start,
-           "Listens and starts the I/O thread; returns '' or one line saying why not (address in use, ...).")
+           "Listens and starts the I/O thread; returns '' or one line saying why not (address in "
+           "use, ...).")
       .def("request_stop", &server_core::request_stop,
            "Graceful stop: no more accepts, in-flight responses finish within grace. Any thread.")
       .def("join", &server_core::join, "Waits for the I/O thread (the GIL is released meanwhile).")
       .def_property_readonly("description", &server_core::description)
       .def_property_readonly("port", &server_core::port)
-      .def("source_capsule",
-           [](py::object self) {
-             auto& core = self.cast<server_core&>();
-             loop_source* src = &core.bridge();
-             PyObject* cap = PyCapsule_New(src, "cadeloop.loop_source", nullptr);
-             if (cap == nullptr || PyCapsule_SetContext(cap, self.ptr()) != 0) {
-               Py_XDECREF(cap);
-               throw py::error_already_set();
-             }
-             return py::reinterpret_steal<py::object>(cap);
-           },
-           "A capsule for Loop._attach_source (it keeps this object alive while attached).")
-      .def("set_state",
-           [](server_core& core, py::object state) { core.bridge().set_state(state.is_none() ? nullptr : state.ptr()); },
-           "The lifespan state dict copied (shallowly) into every request's scope, or None.")
-      .def("active_tasks", [](server_core& core) { return core.bridge().active_tasks(); },
-           "App tasks still running.")
-      .def("cancel_tasks", [](server_core& core) { core.bridge().cancel_tasks(); }, "Cancels every running app task.")
+      .def(
+          "source_capsule",
+          [](py::object self) {
+            auto& core = self.cast<server_core&>();
+            loop_source* src = &core.bridge();
+            PyObject* cap = PyCapsule_New(src, "cadeloop.loop_source", nullptr);
+            if (cap == nullptr || PyCapsule_SetContext(cap, self.ptr()) != 0) {
+              Py_XDECREF(cap);
+              throw py::error_already_set();
+            }
+            return py::reinterpret_steal<py::object>(cap);
+          },
+          "A capsule for Loop._attach_source (it keeps this object alive while attached).")
+      .def(
+          "set_state",
+          [](server_core& core, py::object state) {
+            core.bridge().set_state(state.is_none() ? nullptr : state.ptr());
+          },
+          "The lifespan state dict copied (shallowly) into every request's scope, or None.")
+      .def(
+          "active_tasks", [](server_core& core) { return core.bridge().active_tasks(); },
+          "App tasks still running.")
+      .def(
+          "cancel_tasks", [](server_core& core) { core.bridge().cancel_tasks(); },
+          "Cancels every running app task.")
       .def("close", &server_core::close_bridge, "Drops the bridge; detach it from the loop first.")
       .def("stats", &server_core::stats,
-           "The pair's counters (read from its stats page, with latency percentiles) and the bridge's. Loop thread.");
+           "The pair's counters (read from its stats page, with latency percentiles) and the "
+           "bridge's. Loop thread.");
 
   py::class_<py_stats_region>(
       m, "StatsRegion",
-      "Per-pair stats pages in one MAP_SHARED mapping: make it in the main process before forking workers, "
-      "place pair i on page i (ServerCore options stats_region + stats_index, or stats_page_address + "
+      "Per-pair stats pages in one MAP_SHARED mapping: make it in the main process before forking "
+      "workers, "
+      "place pair i on page i (ServerCore options stats_region + stats_index, or "
+      "stats_page_address + "
       "stats_index), read every page from the main process without locks. It survives os.fork().")
       .def(py::init<std::size_t>(), py::arg("pages"))
       .def("__len__", &py_stats_region::size)
       .def("address", &py_stats_region::address, py::arg("index"),
-           "The address of page `index` as an int, for a pair in another interpreter (ServerCore option "
+           "The address of page `index` as an int, for a pair in another interpreter (ServerCore "
+           "option "
            "stats_page_address). Valid while this object lives.")
-      .def("snapshot", &py_stats_region::snapshot, py::arg("index"), "Page `index`'s counters as a dict.")
+      .def("snapshot", &py_stats_region::snapshot, py::arg("index"),
+           "Page `index`'s counters as a dict.")
       .def("snapshot_all", &py_stats_region::snapshot_all, "Every page's counters, in index order.")
       .def("totals", &py_stats_region::totals,
-           "The sum of every page in use (histograms merged, so its percentiles are the process's).");
+           "The sum of every page in use (histograms merged, so its percentiles are the "
+           "process's).");
   m.def(
       "flush_access_logs",
       [](double timeout) {
         py::gil_scoped_release nogil;
-        return net::flush_access_logs(std::chrono::milliseconds{static_cast<std::int64_t>(timeout * 1000.0)});
+        return net::flush_access_logs(
+            std::chrono::milliseconds{static_cast<std::int64_t>(timeout * 1000.0)});
       },
       py::arg("timeout") = 5.0,
-      "Waits (GIL released) until every access-log line queued in this process is written and flushed; "
-      "False on timeout. Call it after the pairs stopped, before the process exits (os._exit skips it).");
+      "Waits (GIL released) until every access-log line queued in this process is written and "
+      "flushed; "
+      "False on timeout. Call it after the pairs stopped, before the process exits (os._exit skips "
+      "it).");
+  m.def("core_options", &core_options, py::arg("values"),
+        "The dict ServerCore reads, from the settings table's values by name (each checked as "
+        "Config checks it; a missing one is its default): every setting, a removed limit as the "
+        "core's 'no limit' number. Raises SettingError.");
+  m.def("pair_options_preview", &pair_options_preview, py::arg("options"),
+        "For tests: the options ServerCore would build from `options` (a core_options() dict), as "
+        "(setting, option field, value read back in the setting's terms) for every field a setting "
+        "fills. Raises SettingError.");
   m.def("check_access_log_format", &net::check_access_log_format, py::arg("format"),
         "'' if the access-log format is valid, else one line naming the problem. Any thread.");
   m.def(
@@ -368,12 +459,14 @@ void register_server(py::module_& m) {
         py::list out;
         for (std::size_t i = 0; i < runtime::pair_stats_snapshot::latency_bucket_count; ++i) {
           const std::uint64_t b = runtime::pair_stats_snapshot::bucket_upper_us(i);
-          out.append(b == std::numeric_limits<std::uint64_t>::max() ? std::numeric_limits<double>::infinity()
-                                                                     : static_cast<double>(b));
+          out.append(b == std::numeric_limits<std::uint64_t>::max()
+                         ? std::numeric_limits<double>::infinity()
+                         : static_cast<double>(b));
         }
         return out;
       },
-      "The exclusive upper bound (µs) of each latency bucket, the last one inf: stats()['latency_buckets'][i] "
+      "The exclusive upper bound (µs) of each latency bucket, the last one inf: "
+      "stats()['latency_buckets'][i] "
       "counts durations below bounds[i] and at or above bounds[i-1].");
 }
 

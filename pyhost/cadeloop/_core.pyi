@@ -180,7 +180,7 @@ class ServerCore:
 # --- per-pair stats pages in shared memory (pyhost/asgi/server_core.cpp; runtime/stats/.../stats_page.hpp) ---
 # ServerCore options that place a pair on a page: "stats_region" (a StatsRegion) + "stats_index",
 # or, from another interpreter, "stats_page_address" (StatsRegion.address(i)) + "stats_index".
-# Access log options: "access_log" (bool), "access_log_format", "access_log_file", "access_log_queue".
+# Every other option is a setting of the table by name, as core_options() writes it.
 
 class StatsRegion:
     """Per-pair stats pages in one MAP_SHARED mapping, made in the main process before workers are
@@ -209,6 +209,12 @@ def flush_access_logs(timeout: float = 5.0) -> bool:
     """Waits until every access-log line queued in this process is written; call before exiting."""
 def check_access_log_format(format: str) -> str:
     """'' if the access-log format is valid, else one line naming the problem."""
+def core_options(values: dict[str, Any]) -> dict[str, Any]:
+    """The dict ServerCore reads: every setting by name, checked through the table (a missing one is
+    its default); a removed limit (None) is the core's one "no limit" number."""
+def pair_options_preview(options: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """For tests: (setting, option field, value read back in the setting's terms) for every C++
+    option field a setting fills in the pair ServerCore would build from `options`."""
 
 # --- the server log (pyhost/bind_log.cpp; runtime/server_log.hpp) ---
 # One process-wide spdlog logger on stderr, shared by every interpreter and native thread.

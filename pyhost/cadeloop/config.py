@@ -35,70 +35,30 @@ SETTINGS: dict[str, dict[str, Any]] = {row["name"]: row for row in _core.setting
 ENV_PREFIX = "CADELOOP_"
 CONFIG_VARIABLE = "CONFIG"
 
-# What the native core pair reads from `core_options()` besides the listen address.
-_CORE_OPTION_NAMES = (
-    "max_body", "max_url", "max_header_bytes", "max_headers", "max_pipelined", "body_window", "send_high_mark",
-    "max_connections", "max_requests_in_flight", "request_line_timeout", "keepalive_idle", "grace", "backlog",
-    "io_spin_us", "root_path", "server_header", "access_log", "access_log_format",
-)
-# request_limits::unlimited in http/request.hpp: max_body = none.
-_UNLIMITED = 2**64 - 1
+_FIELD_TYPES: dict[str, Any] = {
+    "int": int, "size": int, "duration": float, "float": float, "bool": bool, "str": str, "choice": str,
+}
 
 
-def _default(name: str) -> Any:
-    return SETTINGS[name]["default"]
+def _field(row: dict[str, Any]) -> tuple[str, Any, Any]:
+    """One dataclass field from one row of the table: its name, type and default."""
+    if row["name"] == "app":
+        kind: Any = Any  # a "module:attribute" string, or an ASGI app object given to serve()
+    else:
+        kind = _FIELD_TYPES[row["kind"]]
+        if row["nullable"]:
+            kind = kind | None
+    return row["name"], kind, dataclasses.field(default=row["default"])
 
 
-@dataclasses.dataclass
-class Config:
-    """Every server setting; the fields are the table's rows (a test keeps them equal).
-
-    `Config(**settings)` checks and normalises each value through the table
-    ("16MiB" -> 16777216, "500ms" -> 0.5) and raises SettingError with one
-    line. `app` may also be an ASGI app object (serve()).
-    """
-
-    app: Any = _default("app")
-    app_dir: str | None = _default("app_dir")
-    factory: bool = _default("factory")
-    root_path: str = _default("root_path")
-    lifespan: str = _default("lifespan")
-    server_header: str = _default("server_header")
-    host: str = _default("host")
-    port: int = _default("port")
-    uds: str | None = _default("uds")
-    fd: int | None = _default("fd")
-    backlog: int = _default("backlog")
-    cores: int = _default("cores")
-    isolation: str = _default("isolation")
-    pin: bool = _default("pin")
-    max_body: int | None = _default("max_body")
-    max_url: int = _default("max_url")
-    max_header_bytes: int = _default("max_header_bytes")
-    max_headers: int = _default("max_headers")
-    max_pipelined: int = _default("max_pipelined")
-    max_connections: int = _default("max_connections")
-    max_requests_in_flight: int = _default("max_requests_in_flight")
-    request_line_timeout: float = _default("request_line_timeout")
-    keepalive_idle: float = _default("keepalive_idle")
-    grace: float = _default("grace")
-    body_window: int = _default("body_window")
-    send_high_mark: int = _default("send_high_mark")
-    log_level: str = _default("log_level")
-    access_log: bool = _default("access_log")
-    access_log_format: str = _default("access_log_format")
-    access_log_file: str | None = _default("access_log_file")
-    stats_port: int | None = _default("stats_port")
-    stats_host: str = _default("stats_host")
-    stats_json_on_exit: str | None = _default("stats_json_on_exit")
-    io_spin_us: int = _default("io_spin_us")
-    spin_us: int = _default("spin_us")
+class _ConfigMethods:
+    """What Config does besides holding the table's values (its fields come from the table)."""
 
     def __post_init__(self) -> None:
         self.check()
 
     def _normalise(self) -> None:
-        for f in dataclasses.fields(self):
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
             if f.name == "app" and value is not None and not isinstance(value, str):
                 continue  # an ASGI app object given to serve()
@@ -107,44 +67,60 @@ class Config:
     def check(self) -> None:
         """Checks every value again (fields may have been assigned since) and the settings that go together."""
         self._normalise()
-        if self.uds is not None and self.fd is not None:
+        if getattr(self, "uds") is not None and getattr(self, "fd") is not None:
             raise SettingError("uds and fd cannot both be given")
-        problem = _core.check_access_log_format(self.access_log_format)
+        problem = _core.check_access_log_format(getattr(self, "access_log_format"))
         if problem:
             raise SettingError(problem if problem.startswith("access_log_format") else f"access_log_format: {problem}")
 
+    def table_values(self) -> dict[str, Any]:
+        """Every setting's value by name, in table order (an ASGI app object as `app` is shown as None)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        if out["app"] is not None and not isinstance(out["app"], str):
+            out["app"] = None
+        return out
+
     def core_options(self) -> dict[str, Any]:
-        """The dict cadeloop._core.ServerCore reads: limits, timeouts and where to listen."""
-        if self.uds is not None:
-            listen: dict[str, Any] = {"kind": "unix", "path": self.uds}
-        elif self.fd is not None:
-            listen = {"kind": "fd", "fd": self.fd}
-        else:
-            listen = {"kind": "tcp", "host": self.host, "port": self.port}
-        opts = {name: getattr(self, name) for name in _CORE_OPTION_NAMES}
-        if opts["max_body"] is None:
-            opts["max_body"] = _UNLIMITED
-        opts["access_log_file"] = self.access_log_file or ""  # "" is stderr
-        opts.update(listen)
-        return opts
+        """The dict cadeloop._core.ServerCore reads: every setting by name, checked again by the table.
+
+        A removed limit (max_body=None) is written as the core's one "no limit" number.
+        """
+        return _core.core_options(self.table_values())
 
     def describe_listen(self) -> str:
-        if self.uds is not None:
-            return f"unix:{self.uds}"
-        if self.fd is not None:
-            return f"fd {self.fd}"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        uds, fd = getattr(self, "uds"), getattr(self, "fd")
+        if uds is not None:
+            return f"unix:{uds}"
+        if fd is not None:
+            return f"fd {fd}"
+        host = getattr(self, "host")
+        host = f"[{host}]" if ":" in host else host
+        return f"{host}:{getattr(self, 'port')}"
 
     @classmethod
-    def from_env(cls, prefix: str = ENV_PREFIX, environ: Mapping[str, str] | None = None) -> Config:
+    def from_env(cls, prefix: str = ENV_PREFIX, environ: Mapping[str, str] | None = None) -> Any:
         """Defaults overridden by the `<prefix><NAME>` environment variables (not the file they may name)."""
         return resolve(environ=os.environ if environ is None else environ, prefix=prefix, use_config_variable=False).config
 
     @classmethod
-    def from_toml(cls, path: str | os.PathLike[str]) -> Config:
+    def from_toml(cls, path: str | os.PathLike[str]) -> Any:
         """Defaults overridden by the TOML file at `path`."""
         return resolve(file=path).config
+
+
+#: Every server setting: one field per row of the table, in table order, with
+#: the table's default. `Config(**settings)` checks and normalises each value
+#: through the table ("16MiB" -> 16777216, "500ms" -> 0.5) and raises
+#: SettingError with one line. `app` may also be an ASGI app object (serve()).
+Config = dataclasses.make_dataclass(
+    "Config",
+    [_field(row) for row in SETTINGS.values()],
+    bases=(_ConfigMethods,),
+    namespace={"__module__": __name__, "__doc__": "Every server setting; the fields are the table's rows.\n\n"
+               "`Config(**settings)` checks and normalises each value through the table (\"16MiB\" -> "
+               "16777216, \"500ms\" -> 0.5) and raises SettingError with one line. `app` may also be an "
+               "ASGI app object (serve())."},
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,11 +215,11 @@ def reference() -> str:
     out = [
         "# Configuration",
         "",
-        "<!-- Generated from the settings table in config/table.cpp by",
+        "<!-- Generated from the settings table in config/include/cadeloop/config/table.def by",
         "     `python -m cadeloop --print-reference > docs/configuration.md`",
         "     (or scripts/gen-config-doc). Do not edit by hand. -->",
         "",
-        "Every setting is declared once, in `config/table.cpp`, and reaches cadeloop",
+        "Every setting is declared once, in `config/include/cadeloop/config/table.def`, and reaches cadeloop",
         "from any of these sources; a later source overrides an earlier one:",
         "",
         "1. the default below;",

@@ -461,3 +461,48 @@ TEST(print_config, toml_values_read_back) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- ids and resolved values
+
+namespace {
+
+TEST(setting_ids, one_per_row_in_table_order) {
+  ASSERT_EQ(cfg::settings().size(), cfg::setting_count);
+  for (const cfg::setting& s : cfg::settings()) {
+    EXPECT_EQ(&cfg::row(cfg::id_of(s)), &s) << s.name;
+  }
+  EXPECT_EQ(cfg::row(cfg::setting_id::max_body).name, "max_body");
+  EXPECT_EQ(cfg::row(cfg::setting_id::linger_timeout).name, "linger_timeout");
+}
+
+TEST(resolved_values, defaults_then_layers) {
+  const cfg::resolved_values defaults;
+  for (const cfg::setting& s : cfg::settings()) {
+    EXPECT_EQ(defaults[cfg::id_of(s)], cfg::default_value(s)) << s.name;
+  }
+  const std::vector<std::vector<cfg::assignment>> layers{
+      cfg::load_toml("max_body = \"none\"\nkeepalive_idle = \"250ms\"\n", "f.toml"),
+      {cfg::read_flag("--access-log", ""), cfg::read_flag("--server-header", "x")}};
+  const cfg::resolved_values v{cfg::resolve(layers)};
+  using id = cfg::setting_id;
+  EXPECT_TRUE(v.is_none(id::max_body));
+  EXPECT_DOUBLE_EQ(v.real(id::keepalive_idle), 0.25);
+  EXPECT_TRUE(v.flag(id::access_log));
+  EXPECT_EQ(v.text(id::server_header), "x");
+  EXPECT_EQ(v.whole(id::max_url), 8 * 1024);
+  EXPECT_FALSE(v.is_none(id::max_url));
+}
+
+TEST(resolved_values, reading_a_setting_as_another_kind_is_fatal) {
+  const cfg::resolved_values v;
+  EXPECT_DEATH((void)v.whole(cfg::setting_id::keepalive_idle),
+               "setting keepalive_idle read as a whole number");
+  EXPECT_EQ(v.whole(cfg::setting_id::max_body), std::int64_t{1} << 30);
+  cfg::resolved_values w;
+  w.set(cfg::setting_id::max_body, std::monostate{});
+  EXPECT_DEATH((void)w.whole(cfg::setting_id::max_body), "max_body read as a whole number");
+  EXPECT_DEATH(w.set(cfg::setting_id::port, std::string{"80"}),
+               "port read as a value of another kind");
+}
+
+}  // namespace

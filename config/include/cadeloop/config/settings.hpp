@@ -2,17 +2,22 @@
 
 // The one table of settings and every way a value reaches it.
 //
-// Each setting is declared once (settings.cpp): name, kind, default, bounds,
-// unit, one line of doc. From that table come the TOML keys, the
+// Each setting is declared once, as a row of table.def: name, kind, default,
+// bounds, unit, one line of doc. From that table come the TOML keys, the
 // `CADELOOP_*` environment variables, the command-line flags, the `serve()` /
 // `Config` keyword arguments, validation, and docs/configuration.md.
 // Precedence, lowest first: default < TOML file < environment < command line
 // < `serve()` arguments. A bad value from any source is one line naming where
 // it came from (file and line, variable, or flag), thrown as `setting_error`.
 //
+// The resolved values reach C++ code as `resolved_values`, addressed by
+// `setting_id` (an enum made from table.def's rows), never by a name.
+//
 // Everything here is plain data and pure functions: any thread may call them;
 // nothing is shared or cached.
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -68,8 +73,29 @@ struct setting {
   std::string_view doc{};
 };
 
+/// One setting, by the name its row in table.def gives it: `setting_id::max_body`.
+/// The value is the row's index in `settings()`.
+enum class setting_id : std::uint16_t {
+#define CADELOOP_SETTING(id, ...) id,
+#include "cadeloop/config/table.def"
+#undef CADELOOP_SETTING
+};
+
+/// How many settings the table has.
+inline constexpr std::size_t setting_count = 0
+#define CADELOOP_SETTING(id, ...) +1
+#include "cadeloop/config/table.def"
+#undef CADELOOP_SETTING
+    ;
+
 /// Every setting, in the order the reference lists them.
 std::span<const setting> settings() noexcept;
+
+/// The row of `id`.
+const setting& row(setting_id id) noexcept;
+
+/// The id of a row of `settings()`.
+setting_id id_of(const setting& s) noexcept;
 
 /// The row named `name` (snake_case), or nullptr.
 const setting* find_setting(std::string_view name) noexcept;
@@ -203,5 +229,44 @@ struct resolved_setting {
 /// Every setting, in table order: each takes the value of the last layer that
 /// sets it (layers lowest first), else its default.
 std::vector<resolved_setting> resolve(std::span<const std::vector<assignment>> layers);
+
+// ---------------------------------------------------------------- the values, typed
+
+/// One value per setting, addressed by `setting_id`: what C++ code reads the
+/// resolved settings from (runtime/pair_settings.hpp fills a core pair's
+/// options from it). Plain data; whoever holds it may read it on any thread.
+///
+/// The typed reads say what the caller expects; asking a setting for a kind
+/// its row does not have (a duration as a whole number, none of a setting
+/// that is not nullable) is a broken invariant: fatal, with a message naming
+/// the setting.
+class resolved_values {
+ public:
+  /// Every setting at its default.
+  resolved_values();
+  /// The values `resolve()` gives (one per setting, in table order).
+  explicit resolved_values(std::span<const resolved_setting> resolved);
+
+  /// Sets `id` to `v`, a value of its row (as `accept` or `parse_text` give it).
+  void set(setting_id id, value v);
+
+  /// The value of `id`, of the type its row's kind says (see `value`).
+  [[nodiscard]] const value& operator[](setting_id id) const noexcept {
+    return values_[static_cast<std::size_t>(id)];
+  }
+  /// Whether `id` is none (only nullable settings can be).
+  [[nodiscard]] bool is_none(setting_id id) const noexcept;
+  /// An integer or a size (bytes), not none.
+  [[nodiscard]] std::int64_t whole(setting_id id) const;
+  /// A duration (seconds) or a number, not none.
+  [[nodiscard]] double real(setting_id id) const;
+  /// A boolean.
+  [[nodiscard]] bool flag(setting_id id) const;
+  /// A string or a choice, not none.
+  [[nodiscard]] const std::string& text(setting_id id) const;
+
+ private:
+  std::array<value, setting_count> values_;
+};
 
 }  // namespace cadeloop::config

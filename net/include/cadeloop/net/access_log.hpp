@@ -51,8 +51,8 @@ namespace cadeloop::net {
 struct access_log_options {
   /// Off by default.
   bool enabled = false;
-  /// "", "default", "json", "json:NAME,..." or a template (see access_log.hpp).
-  std::string format;
+  /// "default" (or ""), "json", "json:NAME,..." or a template (see access_log.hpp).
+  std::string format = "default";
   /// "" or "-": standard error; otherwise a file, opened for appending (one
   /// writer per file per process, shared by every pair that names it).
   std::string file;
