@@ -335,17 +335,22 @@ class PairServer:
             await lifespan.shutdown()
             raise StartupError(error)
         self.core = core
-        signals: list[int] = []
+        # Each signal this pair handles, with the handler it had before, put back at the end:
+        # asyncio's remove_signal_handler() leaves SIG_DFL, which in a worker process (where
+        # the supervisor set SIG_IGN) would let a late SIGTERM, such as the parent-death
+        # signal arriving after the control pipe's end began the drain, kill the worker
+        # before its lifespan shutdown.
+        signals: list[tuple[int, Any]] = []
         # Signals reach only the main thread of the main interpreter; a pair run by the
         # supervisor gets its stop requests through stop_source instead.
         if _core.in_main_interpreter() and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
+                signals.append((sig, signal.getsignal(sig)))
                 loop.add_signal_handler(sig, self._on_signal, sig)
-                signals.append(sig)
             if config.stats_json_on_exit:
                 path = config.stats_json_on_exit
+                signals.append((signal.SIGUSR1, signal.getsignal(signal.SIGUSR1)))
                 loop.add_signal_handler(signal.SIGUSR1, self.write_stats, path)
-                signals.append(signal.SIGUSR1)
         if self.stop_source is not None:
             loop.add_reader(self.stop_source[0], self._on_stop_request)
         loop._attach_source(core.source_capsule())
@@ -375,8 +380,10 @@ class PairServer:
             loop._cadeloop_server_core = None
             if self.stop_source is not None and not self._stop_source_closed:
                 loop.remove_reader(self.stop_source[0])
-            for sig in signals:
+            for sig, previous in signals:
                 loop.remove_signal_handler(sig)
+                if previous is not None:
+                    signal.signal(sig, previous)
             if not self._stopping:
                 core.request_stop()
             core.join()
