@@ -345,6 +345,10 @@ int request_parser::end_feed_in_head() {
 int request_parser::check_line_in_progress() {
   // llhttp reports a span cut by the end of the input up to that end: what
   // it reported last of the line still arriving must be within the limits.
+  // Bytes no span covers yet (the whitespace after a ':', an empty value's
+  // CRLF, the spaces before the protocol) count as the end of the span that
+  // will cover them: once one lies past the limit, every continuation gets
+  // 431, so it is given now and the line is not searched again.
   // Method and target are checked by their own callbacks (the request-line
   // branch finds nothing to check while the target is still arriving).
   if (!head_start_known_ || head_pos(head_end_) <= limit_end_) {
