@@ -326,13 +326,17 @@ int request_parser::end_feed_in_head() {
   }
   // Only when a line may have been finished since the last look (an LF
   // with a byte after it arrived), so a line trickling in is not searched
-  // again at every feed.
+  // again at every feed: the look starts where the last one stopped (at its
+  // last byte, which had no byte after it then).
   const auto to = static_cast<std::uint32_t>(head_end_ - head_bytes_);
   const std::uint32_t from = scanned_to_ == 0 ? 0 : scanned_to_ - 1;
-  if (to > from && std::memchr(head_bytes_ + from, '\n', to - 1 - from) != nullptr) {
+  if (to > from + 1) {
+    const bool finished = std::memchr(head_bytes_ + from, '\n', to - 1 - from) != nullptr;
     scanned_to_ = to;
-    if (const int rc = scan_head_fields(before_fold(head_end_)); rc != 0) {
-      return rc;
+    if (finished) {
+      if (const int rc = scan_head_fields(before_fold(head_end_)); rc != 0) {
+        return rc;
+      }
     }
   }
   return check_line_in_progress();
@@ -341,6 +345,10 @@ int request_parser::end_feed_in_head() {
 int request_parser::check_line_in_progress() {
   // llhttp reports a span cut by the end of the input up to that end: what
   // it reported last of the line still arriving must be within the limits.
+  // Bytes no span covers yet (the whitespace after a ':', an empty value's
+  // CRLF, the spaces before the protocol) count as the end of the span that
+  // will cover them: once one lies past the limit, every continuation gets
+  // 431, so it is given now and the line is not searched again.
   // Method and target are checked by their own callbacks (the request-line
   // branch finds nothing to check while the target is still arriving).
   if (!head_start_known_ || head_pos(head_end_) <= limit_end_) {
@@ -358,10 +366,15 @@ int request_parser::check_line_in_progress() {
     while (p < end && *p == ' ') {
       ++p;
     }
-    if (p < end) {
-      const char* slash = std::find(p, end, '/');
-      reported = slash == end || slash + 1 < end ? end : slash;
+    if (p == end) {
+      // Spaces still arriving: the version will end past them. The target is
+      // complete (llhttp may not have said so yet), so only the head limit applies.
+      return head_pos(end) > head_start_ + max_header_bytes_
+                 ? fail(431, "request head larger than max_header_bytes")
+                 : 0;
     }
+    const char* slash = std::find(p, end, '/');
+    reported = slash == end || slash + 1 < end ? end : slash;
   } else if (const char* p = base + fields_off_; p < end && *p != '\r') {  // not the empty line
     const char* colon = std::find(p, end, ':');
     reported = colon;  // the name, whole or cut
@@ -370,7 +383,12 @@ int request_parser::check_line_in_progress() {
       while (value < end && is_ows(*value)) {
         ++value;
       }
-      if (value < end && *value != '\r') {
+      if (value == end || *value == '\r') {
+        // No value byte yet, or an empty value: the value's span will end
+        // past every byte here (an empty value's after its CRLF), so once
+        // one of them lies past the limit the verdict is given.
+        reported = std::min(value + 2, end);
+      } else {
         reported = std::find(value, end, '\r');  // the value, up to its CR or the end
       }
     }

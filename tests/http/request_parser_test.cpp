@@ -1192,4 +1192,89 @@ TEST(request_parser, HeadCutFarFromItsStartIsParsedAgainWithEveryCallback) {
   }
 }
 
+// Feeds `input` one byte per feed; returns the index of the byte whose feed
+// was refused (or input.size() if none was), with the parser's error.
+std::size_t refused_at_byte(std::string_view input, const request_limits& limits,
+                            parse_error* error) {
+  request_parser parser{limits};
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    if (parser.feed(input.substr(i, 1)).status == feed_status::error) {
+      *error = parser.error();
+      return i;
+    }
+  }
+  return input.size();
+}
+
+TEST(request_parser, HeadOverTheLimitInWhitespaceIsRefusedInTheFeedThatPassesIt) {
+  // The head limit bounds the head's bytes: once a byte of the line still
+  // arriving lies past it (and is not the CRLF after a value ending at it),
+  // the verdict is 431 whatever follows, so it is given in that feed, also
+  // when the bytes past the limit are the whitespace after a ':'.
+  request_limits limits;
+  limits.max_header_bytes = 64;
+  const std::string prefix = "GET / HTTP/1.1\r\nHost: a\r\nX:";
+  // the whitespace passes the limit, and the kept bytes (to just past it) end in it
+  request_parser parser{limits};
+  ASSERT_EQ(parser.feed(prefix + std::string(60, ' ')).status, feed_status::error);
+  EXPECT_EQ(parser.error().status, 431);
+  // the same when the value arrives in a feed of its own (the old parser's answer)
+  request_parser cut{limits};
+  ASSERT_EQ(cut.feed(prefix + std::string(30, ' ')).status, feed_status::ok);  // within the limit
+  const feed_result r = cut.feed(std::string(30, '\t') + "value");
+  ASSERT_EQ(r.status, feed_status::error);
+  EXPECT_EQ(cut.error().status, 431);
+  // an empty value whose CR lies past the limit
+  request_parser empty{limits};
+  ASSERT_EQ(empty.feed(prefix + std::string(64 - prefix.size(), ' ') + "\r").status,
+            feed_status::error);
+  EXPECT_EQ(empty.error().status, 431);
+}
+
+TEST(request_parser, LineFedOneByteAtATimeIsRefusedAtTheFirstBytePastTheLimit) {
+  // A line trickling in past the head limit gets its verdict at the byte
+  // that passes it: nothing of the line is left open to be searched again
+  // at the next feeds.
+  request_limits limits;
+  limits.max_header_bytes = 64;
+  const std::string head = "GET / HTTP/1.1\r\nHost: a\r\n";
+  const std::vector<std::string> lines = {
+      "X-A-Very-Long-Field-Name-That-Goes-Past-The-Limit-Of-The-Head: v\r\n",
+      "X: " + std::string(80, 'v') + "\r\n",
+      "X:" + std::string(80, ' ') + "v\r\n",
+      "X:" + std::string(80, '\t') + "\r\n",
+      "X-Name:" + std::string(30, ' ') + std::string(30, 'w') + "\r\n",
+      "X:" + std::string(37, ' ') + "\r\n",  // an empty value's CR is the first byte past it
+      "X:" + std::string(36, ' ') + "\r\n",  // its LF is (an empty value counts its CRLF)
+  };
+  for (const std::string& line : lines) {
+    SCOPED_TRACE(line);
+    parse_error error;
+    const std::string input = head + line + "\r\n";
+    EXPECT_EQ(refused_at_byte(input, limits, &error), std::size_t{64});
+    EXPECT_EQ(error.status, 431);
+    // the verdict of the whole head is the same
+    request_parser whole{limits};
+    ASSERT_EQ(whole.feed(input).status, feed_status::error);
+    EXPECT_EQ(whole.error().status, 431);
+  }
+  // the spaces between the target and the protocol
+  {
+    parse_error error;
+    const std::string input = "GET /" + std::string(80, ' ') + "HTTP/1.1\r\nHost: a\r\n\r\n";
+    EXPECT_EQ(refused_at_byte(input, limits, &error), std::size_t{64});
+    EXPECT_EQ(error.status, 431);
+    request_parser whole{limits};
+    ASSERT_EQ(whole.feed(input).status, feed_status::error);
+    EXPECT_EQ(whole.error().status, 431);
+    request_parser fits{limits};
+    ASSERT_EQ(fits.feed("GET /   HTTP/1.1\r\nHost: a\r\n\r\n").status, feed_status::ok);
+    EXPECT_EQ(fits.events().size(), 2u);
+  }
+  // a value ending at the limit may still be followed by its CRLF and the empty line
+  const std::string fits = head + "X: " + std::string(64 - head.size() - 3, 'v') + "\r\n\r\n";
+  parse_error none;
+  EXPECT_EQ(refused_at_byte(fits, limits, &none), fits.size());
+}
+
 }  // namespace
