@@ -12,7 +12,9 @@
 #include <spdlog/details/thread_pool.h>
 #include <spdlog/sinks/base_sink.h>
 
+#include <limits.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -282,20 +284,28 @@ std::string check_access_log_format(std::string_view format) {
 namespace {
 
 // Writes the lines of one destination on spdlog's pool thread: the payload
-// as formatted by the I/O thread, then '\n'. It flushes when the last line
-// queued for it is written, so lines reach the file promptly when traffic
-// pauses and in batches under load.
+// as formatted by the I/O thread, then '\n'. Lines collect in the sink's own
+// buffer and go out with write(2), always ending at a line's end: when the
+// last line queued for the sink is in, or when the buffer passes 64 KiB.
+// Several processes (process mode: one per pair) append to one file opened
+// with O_APPEND, and one write(2) of whole lines lands whole; a stdio buffer
+// would cut a line at 64 KiB and let another process's lines in between.
+// Into a pipe (stderr under a supervisor), each write stays within PIPE_BUF,
+// the size a pipe keeps whole, unless one line alone is longer.
 class line_sink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
   line_sink(std::FILE* file, bool owned, std::atomic<std::int64_t>& process_queued)
-      : file_{file}, owned_{owned}, process_queued_{process_queued} {}
+      : file_{file}, owned_{owned}, process_queued_{process_queued} {
+    struct stat st{};
+    const int fd = ::fileno(file_);
+    chunk_ = fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? buffer_limit : PIPE_BUF;
+  }
   line_sink(const line_sink&) = delete;
   line_sink& operator=(const line_sink&) = delete;
   ~line_sink() override {
+    write_out();
     if (owned_) {
       std::fclose(file_);
-    } else {
-      std::fflush(file_);
     }
   }
 
@@ -304,27 +314,62 @@ class line_sink final : public spdlog::sinks::base_sink<std::mutex> {
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
-    // One fwrite for the batch and its last '\n': on unbuffered stderr that is
-    // one write(2), so a server-log line never lands between the two.
-    out_.assign(msg.payload.data(), msg.payload.size());
+    out_.append(msg.payload.data(), msg.payload.size());
     out_ += '\n';
-    std::fwrite(out_.data(), 1, out_.size(), file_);
-    if (queued.load(std::memory_order_relaxed) <= 1) {
-      std::fflush(file_);
+    if (queued.load(std::memory_order_relaxed) <= 1 || out_.size() >= buffer_limit) {
+      write_out();
     }
-    // After the write and flush: flush_access_logs() waits for zero.
+    // After the write: flush_access_logs() waits for zero.
     queued.fetch_sub(1, std::memory_order_release);
     // One entry carries a pass's lines, '\n'-separated (access_log::flush).
     const auto lines = 1 + std::count(msg.payload.begin(), msg.payload.end(), '\n');
     process_queued_.fetch_sub(static_cast<std::int64_t>(lines), std::memory_order_release);
   }
-  void flush_() override { std::fflush(file_); }
+  void flush_() override { write_out(); }
 
  private:
+  static constexpr std::size_t buffer_limit = 64 * 1024;
+
+  // Writes out_ (whole lines) in pieces of at most chunk_ bytes that each end
+  // at a line's end; a line longer than chunk_ goes alone. A failed write
+  // (a full disk, a closed pipe) drops what is left: the log never blocks or
+  // throws into the pool thread.
+  void write_out() {
+    const int fd = ::fileno(file_);
+    std::size_t at = 0;
+    while (at < out_.size()) {
+      std::size_t end = out_.size();
+      if (end - at > chunk_) {
+        const std::size_t cut = out_.rfind('\n', at + chunk_ - 1);
+        end = cut != std::string::npos && cut >= at ? cut + 1 : out_.find('\n', at) + 1;
+      }
+      if (!write_all(fd, std::string_view{out_}.substr(at, end - at))) {
+        break;
+      }
+      at = end;
+    }
+    out_.clear();
+  }
+
+  static bool write_all(int fd, std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+      if (n < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        return false;
+      }
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
   std::FILE* file_;
   bool owned_;
   std::atomic<std::int64_t>& process_queued_;
-  std::string out_;  // the batch being written (the sink's mutex guards it)
+  std::size_t chunk_;
+  std::string out_;  // whole lines not yet written (the sink's mutex guards it)
 };
 
 }  // namespace
@@ -433,7 +478,6 @@ class log_backend {
         throw std::runtime_error("access_log_file: cannot open '" + key +
                                  "': " + std::strerror(errno));
       }
-      std::setvbuf(file, nullptr, _IOFBF, 64 * 1024);
     }
     auto sink = std::make_shared<line_sink>(file, !key.empty(), queued_);
     auto logger = std::make_shared<spdlog::async_logger>(

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -266,7 +267,7 @@ TEST(access_log_flush, TakesTheBatchOfALogThatNeverFlushed) {
   std::thread io{[&] {
     access_log log{o};
     for (int i = 0; i < 3; ++i) {
-      EXPECT_EQ(log.write({}, "c" + std::to_string(i), 200, 1, 1), 0u);
+      EXPECT_EQ(log.write({}, std::string{"c"}.append(std::to_string(i)), 200, 1, 1), 0u);
     }
     written = true;
     while (!done) {
@@ -279,6 +280,83 @@ TEST(access_log_flush, TakesTheBatchOfALogThatNeverFlushed) {
   done = true;
   io.join();
   EXPECT_EQ(lines, (std::vector<std::string>{"c0 200", "c1 200", "c2 200"}));
+  std::remove(path.c_str());
+}
+
+// Two processes (process mode: one per pair) append to one file: every line
+// reaches it whole, never cut by the other's write. Each child writes 40,000
+// 140-byte lines, handing over every 100 (an I/O pass), so the file's buffer
+// fills many times while the other child writes.
+std::string shared_line(int child, int i, const std::string& pad) {
+  std::string s{"p"};
+  s.append(std::to_string(child)).append("-").append(std::to_string(i)).append("-").append(pad);
+  return s;
+}
+
+TEST(access_log_file, TwoProcessesAppendingNeverCutALine) {
+  const std::string path = temp_path("access-shared.log");
+  constexpr int per_child = 40000;
+  const std::string pad(120, 'x');
+  std::vector<pid_t> children;
+  for (int c = 0; c < 2; ++c) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::alarm(60);
+      access_log_options o;
+      o.enabled = true;
+      o.file = path;
+      o.format = "{client} {status}";
+      o.queue_lines = 2 * per_child;  // room for every line: none dropped
+      bool ok = true;
+      {
+        access_log log{o};
+        for (int i = 0; i < per_child; ++i) {
+          const std::string client = shared_line(c, i, pad);
+          ok = ok && log.write({}, client, 200, 1, 1) == 0;
+          if (i % 100 == 99) {
+            ok = ok && log.flush() == 0;
+          }
+        }
+      }
+      ok = ok && flush_access_logs(30s);
+      ::_exit(ok ? 0 : 12);
+    }
+    children.push_back(child);
+  }
+  for (const pid_t child : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+  }
+  const std::vector<std::string> lines = read_lines(path);
+  std::vector<std::vector<int>> seen(2, std::vector<int>(per_child, 0));
+  std::size_t bad = 0;
+  std::string first_bad;
+  for (const std::string& line : lines) {
+    int c = -1;
+    int i = -1;
+    char tail[200] = {};
+    const bool shaped = std::sscanf(line.c_str(), "p%d-%d-%199s", &c, &i, tail) == 3 &&
+                        (c == 0 || c == 1) && i >= 0 && i < per_child &&
+                        line == shared_line(c, i, pad).append(" 200");
+    if (!shaped) {
+      if (bad++ == 0) {
+        first_bad = line.substr(0, 300);
+      }
+      continue;
+    }
+    ++seen[static_cast<std::size_t>(c)][static_cast<std::size_t>(i)];
+  }
+  EXPECT_EQ(bad, 0u) << "first cut line: " << first_bad;
+  EXPECT_EQ(lines.size(), 2u * per_child);
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_EQ(std::count(seen[static_cast<std::size_t>(c)].begin(),
+                         seen[static_cast<std::size_t>(c)].end(), 1),
+              per_child)
+        << "child " << c;
+  }
   std::remove(path.c_str());
 }
 
