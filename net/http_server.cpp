@@ -115,6 +115,24 @@ bool http_server::abort(connection_id conn) {
   return impl_->abort(conn);
 }
 
+bool http_server::ws_accept(connection_id conn, std::uint32_t request, std::string_view subprotocol,
+                            std::string_view extra_headers) {
+  return impl_->ws_accept(conn, request, subprotocol, extra_headers);
+}
+
+bool http_server::ws_send(connection_id conn, byte_buffer&& payload, bool text,
+                          bool notify_drained) {
+  return impl_->ws_send(conn, std::move(payload), text, notify_drained);
+}
+
+bool http_server::ws_consumed(connection_id conn) {
+  return impl_->ws_consumed(conn);
+}
+
+bool http_server::ws_close(connection_id conn, std::uint16_t code, std::string_view reason) {
+  return impl_->ws_close(conn, code, reason);
+}
+
 void http_server::recycle_head(connection_id conn, std::unique_ptr<http::request_head> head) {
   impl_->recycle_head(conn, std::move(head));
 }

@@ -65,6 +65,11 @@ class http_server::impl {
 
   bool send(connection_id id, std::uint32_t seq, byte_buffer&& bytes, send_flags flags);
   bool consume(connection_id id, std::uint64_t bytes);
+  bool ws_accept(connection_id id, std::uint32_t request, std::string_view subprotocol,
+                 std::string_view extra_headers);
+  bool ws_send(connection_id id, byte_buffer&& payload, bool text, bool notify_drained);
+  bool ws_consumed(connection_id id);
+  bool ws_close(connection_id id, std::uint16_t code, std::string_view reason);
   bool close(connection_id id);
   bool abort(connection_id id);
   void recycle_head(connection_id id, std::unique_ptr<http::request_head> head);

@@ -16,8 +16,34 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace cadeloop::net {
+
+/// WebSocket (RFC 6455) options of one I/O thread. Plain data. Settings:
+/// ws, ws_max_size, ws_max_queue, ws_ping_interval, ws_ping_timeout,
+/// ws_per_message_deflate.
+struct websocket_options {
+  /// Off: an upgrade request is an ordinary HTTP request (the app sees an
+  /// `http` scope, as a server without WebSockets would show it).
+  bool enabled = true;
+  /// Largest message (after decompression) a client may send; a bigger one
+  /// is closed with 1009.
+  std::size_t max_message = 16U * 1024U * 1024U;
+  /// Messages handed to the app and not yet reported taken (`ws_consumed`)
+  /// at which the connection stops reading.
+  std::uint32_t max_queue = 32;
+  /// A ping is sent after this long without a frame from the client (0: never).
+  std::chrono::milliseconds ping_interval{20000};
+  /// A client that sends nothing (no pong, no frame) this long after a ping
+  /// is closed (1011 is not sent: the connection is dropped, the app sees 1006).
+  std::chrono::milliseconds ping_timeout{20000};
+  /// How long the server waits for the client's close frame after sending
+  /// its own before it closes the TCP connection.
+  std::chrono::milliseconds close_timeout{5000};
+  /// Offer permessage-deflate (RFC 7692) when the client asks for it.
+  bool per_message_deflate = true;
+};
 
 /// Limits, budgets and timeouts of one I/O thread's HTTP server. Plain data;
 /// built on any thread, read by the I/O thread. Values come from config/.
@@ -55,6 +81,8 @@ struct server_options {
   std::string server_header = "cadeloop";
   /// The access log (off by default); see access_log.hpp.
   access_log_options access_log{};
+  /// WebSockets.
+  websocket_options ws{};
 };
 
 /// Everything the app side must learn about one request head.
@@ -64,6 +92,12 @@ struct request_info {
   bool has_body = false;        ///< body events follow; the last has more_body == false
   bool server_closing = false;  ///< the server is draining: answer with `Connection: close`
   bool tls = false;             ///< scheme https (always false until TLS lands)
+  /// A valid WebSocket upgrade (RFC 6455 section 4.2.1, checked by the I/O
+  /// thread; a bad one is answered 400/426 and never reaches the sink): the
+  /// app answers with `http_server::ws_accept`, or denies with an ordinary
+  /// HTTP response through `send` (the connection closes after it). No body
+  /// events follow (`has_body` is false).
+  bool websocket = false;
 };
 
 /// Where the HTTP server delivers what the app must see. Implemented by the
@@ -92,6 +126,16 @@ class event_sink {
   /// write would reveal. At most once per connection, before its
   /// `on_disconnect`. I/O thread.
   virtual void on_peer_eof(connection_id /*conn*/) {}
+  /// One whole message of an accepted WebSocket (reassembled from its
+  /// fragments, decompressed, text already checked as UTF-8). The sink takes
+  /// `payload` and reports it taken with `http_server::ws_consumed`. I/O thread.
+  virtual void on_ws_message(connection_id /*conn*/, byte_buffer&& /*payload*/, bool /*text*/) {}
+  /// An accepted WebSocket ended: the client's close frame (its code, 1005
+  /// when it had none, and reason), a protocol error (the code the server sent:
+  /// 1002, 1007, 1009), the server's own close completing (the code it sent),
+  /// or the TCP connection dropping (1006). At most once per connection,
+  /// before its `on_disconnect`. I/O thread.
+  virtual void on_ws_close(connection_id /*conn*/, std::uint16_t /*code*/, std::string&& /*reason*/) {}
 };
 
 /// Options of one `http_server::send`. Plain data.
@@ -143,6 +187,29 @@ class http_server {
   bool close(connection_id conn);
   /// Closes `conn` now, dropping unsent output. Returns false when gone. I/O thread.
   bool abort(connection_id conn);
+  /// Accepts the WebSocket upgrade `request` of `conn` (one with
+  /// `request_info::websocket`): writes the 101 response (with the chosen
+  /// `subprotocol` if not empty and the app's `extra_headers`, given as
+  /// "name: value\r\n" lines; permessage-deflate negotiated by the server),
+  /// and from then on the connection speaks WebSocket. Returns false (and
+  /// the connection is closed with a 500 unless gone) when the connection or
+  /// request is gone, the subprotocol is not a token or a header is refused.
+  /// I/O thread.
+  bool ws_accept(connection_id conn, std::uint32_t request, std::string_view subprotocol,
+                 std::string_view extra_headers);
+  /// Sends one message on an accepted WebSocket (framed, compressed when
+  /// negotiated). With `notify_drained`, `on_drained` follows once unsent
+  /// output is at the low mark. Returns false when the connection is gone or
+  /// closing. I/O thread.
+  bool ws_send(connection_id conn, byte_buffer&& payload, bool text, bool notify_drained);
+  /// The app took one message handed over by `on_ws_message`: reading
+  /// resumes once fewer than `max_queue` are outstanding. I/O thread.
+  bool ws_consumed(connection_id conn);
+  /// Starts the close handshake: sends a close frame with `code` (1005: an
+  /// empty one) and `reason` (cut to 123 bytes), waits for the client's close
+  /// (at most `close_timeout`), then closes TCP; `on_ws_close` then reports
+  /// `code`. Returns false when the connection is gone. I/O thread.
+  bool ws_close(connection_id conn, std::uint16_t code, std::string_view reason);
   /// Gives a head back for reuse by its connection's parser (freed when the
   /// connection is gone). I/O thread.
   void recycle_head(connection_id conn, std::unique_ptr<http::request_head> head);
