@@ -200,6 +200,8 @@ class stats_endpoint_handle {
   [[nodiscard]] std::uint16_t port() const { return live().port(); }
   [[nodiscard]] std::string address() const { return live().description(); }
   void set_draining() { live().set_draining(); }
+  void count_restart() { live().count_restart(); }
+  [[nodiscard]] std::uint64_t restarts() const { return live().restarts(); }
   [[nodiscard]] bool draining() const { return live().draining(); }
   [[nodiscard]] bool closed() const { return !endpoint_; }
 
@@ -249,6 +251,11 @@ void register_stats(py::module_& m) {
       .def("set_draining", &stats_endpoint_handle::set_draining,
            "From now on /readyz answers 503. Call it at SIGTERM, before the listeners close. Any "
            "thread.")
+      .def("count_restart", &stats_endpoint_handle::count_restart,
+           "Counts one restart of a pair or serving process (/stats `restarts`, /metrics "
+           "`cadeloop_restarts_total`). Any thread.")
+      .def_property_readonly("restarts", &stats_endpoint_handle::restarts,
+                             "The restarts counted so far.")
       .def("close", &stats_endpoint_handle::close,
            "Stops serving and joins the endpoint's thread. Idempotent.");
 }

@@ -36,9 +36,15 @@ using stream_socket = asio::generic::stream_protocol::socket;
 namespace {
 
 // A bad client must not starve the main process: few connections, small
-// heads, and a deadline for each request.
+// heads, and a deadline for each request. A probe must not be starved by
+// them either: at the cap, the connection idle longest makes room for the
+// new one (see on_accept).
 constexpr std::size_t max_connections = 64;
 constexpr std::chrono::seconds request_deadline{15};
+// After an accept error other than an aborted connection (EMFILE, ENFILE,
+// ENOBUFS), the listener stays readable: retrying at once would spin. The
+// server's listeners wait as long (net/server_accept.cpp).
+constexpr std::chrono::milliseconds accept_retry_delay{50};
 constexpr std::size_t read_chunk = 4096;
 
 http::request_limits endpoint_limits() {
@@ -132,6 +138,9 @@ struct stats_endpoint::state {
 
   void do_accept();
   void on_accept(const boost::system::error_code& ec, stream_socket socket);
+  // Closes the connection idle longest to make room for a new one; false
+  // when every connection is busy writing a response.
+  bool evict_idlest();
   void shutdown();
   reply answer(std::string_view path);
   [[nodiscard]] double uptime_s() const;
@@ -147,6 +156,7 @@ struct stats_endpoint::state {
   std::unordered_set<stats_connection*> connections;
   asio::io_context io{1};
   std::unique_ptr<net::listener> listener;  // destroyed before `io`
+  asio::steady_timer accept_retry{io};      // the back-off after an accept error
   std::thread thread;
   bool closing = false;  // endpoint thread only
   // Uptime runs on the steady clock from the moment the endpoint started,
@@ -180,9 +190,18 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
     do_read();
   }
 
+  /// Whether it can be closed to make room: not stopped, not writing a response.
+  [[nodiscard]] bool evictable() const noexcept { return !stopped_ && !writing_; }
+  /// When it last received bytes or finished a response.
+  [[nodiscard]] std::chrono::steady_clock::time_point last_active() const noexcept {
+    return last_active_;
+  }
+  [[nodiscard]] bool stopped() const noexcept { return stopped_; }
+
   /// Closes the socket; the handlers in flight finish with operation_aborted
   /// and drop the last references.
   void stop() noexcept {
+    stopped_ = true;
     boost::system::error_code ignored;
     timer_.cancel();
     socket_.shutdown(asio::socket_base::shutdown_both, ignored);
@@ -211,6 +230,7 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
       stop();
       return;
     }
+    last_active_ = std::chrono::steady_clock::now();
     pending_.append(chunk_.data(), n);
     process();
   }
@@ -287,6 +307,7 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
   }
 
   void write(std::string bytes, bool close) {
+    writing_ = true;
     out_ = std::move(bytes);
     asio::async_write(
         socket_, asio::buffer(out_),
@@ -296,6 +317,8 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
   }
 
   void on_write(const boost::system::error_code& ec, bool close) {
+    writing_ = false;
+    last_active_ = std::chrono::steady_clock::now();
     if (ec || close || owner_.closing) {
       stop();
       return;
@@ -324,6 +347,9 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
   bool keep_alive_ = false;
   std::uint8_t http_minor_ = 1;
   bool have_head_ = false;
+  bool writing_ = false;
+  bool stopped_ = false;
+  std::chrono::steady_clock::time_point last_active_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace
@@ -339,21 +365,52 @@ void stats_endpoint::state::on_accept(const boost::system::error_code& ec, strea
   if (closing || ec == asio::error::operation_aborted) {
     return;
   }
+  if (ec && ec != asio::error::connection_aborted) {
+    // Out of descriptors or memory: the listener stays readable, so accepting
+    // again at once would spin. Wait, then accept again (the error is
+    // transient for a listener that stays open).
+    accept_retry.expires_after(accept_retry_delay);
+    accept_retry.async_wait([this](const boost::system::error_code& wait_ec) {
+      if (!wait_ec && !closing) {
+        do_accept();
+      }
+    });
+    return;
+  }
   if (!ec) {
-    if (connections.size() >= max_connections) {
-      boost::system::error_code ignored;
-      socket.close(ignored);  // over the cap: refuse by closing, keep the others served
-    } else {
+    std::size_t live = 0;
+    for (const stats_connection* c : connections) {
+      live += c->stopped() ? 0 : 1;
+    }
+    // Over the cap, the newest connection wins: a probe that just connected
+    // is answered, and the client idle longest (an idle or slow one) goes.
+    if (live < max_connections || evict_idlest()) {
       std::make_shared<stats_connection>(*this, std::move(socket))->start();
+    } else {
+      boost::system::error_code ignored;
+      socket.close(ignored);  // every connection is writing a response: refuse this one
     }
   }
-  // Other accept errors (EMFILE, ECONNABORTED) are transient for a listener
-  // that stays open; keep accepting.
   do_accept();
+}
+
+bool stats_endpoint::state::evict_idlest() {
+  stats_connection* idlest = nullptr;
+  for (stats_connection* c : connections) {
+    if (c->evictable() && (idlest == nullptr || c->last_active() < idlest->last_active())) {
+      idlest = c;
+    }
+  }
+  if (idlest == nullptr) {
+    return false;
+  }
+  idlest->stop();
+  return true;
 }
 
 void stats_endpoint::state::shutdown() {
   closing = true;
+  accept_retry.cancel();
   if (listener) {
     listener->close();
   }
@@ -399,12 +456,23 @@ reply stats_endpoint::state::answer(std::string_view path) {
     return r;
   }
   const bool draining = owner.draining();
+  const std::uint64_t restarts = owner.restarts();
   if (path == "/stats") {
     r.content_type = "application/json";
     r.body = render_stats_json(pairs, info, unix_ms_now(), uptime_s(), draining);
+    // The process-wide restart count, the document's first key (the
+    // supervisor's, not any pair's page's).
+    if (r.body.starts_with('{')) {
+      r.body.insert(1, std::string{"\"restarts\":"}.append(std::to_string(restarts)).append(","));
+    }
   } else if (path == "/metrics") {
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.body = render_prometheus(pairs, info, uptime_s(), draining);
+    r.body +=
+        "# HELP cadeloop_restarts_total Pairs or serving processes restarted after they died.\n"
+        "# TYPE cadeloop_restarts_total counter\ncadeloop_restarts_total ";
+    r.body += std::to_string(restarts);
+    r.body += '\n';
   } else {
     std::string why;
     if (stats_ready(pairs, draining, why)) {

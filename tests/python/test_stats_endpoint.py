@@ -15,7 +15,9 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -246,6 +248,16 @@ def test_probes_and_draining(endpoint: Any, fake: FakePairs) -> None:
     assert httpx.get(url(endpoint, "/stats")).json()["draining"] is True
 
 
+def test_restarts_are_counted(endpoint: Any) -> None:
+    assert httpx.get(url(endpoint, "/stats")).json()["restarts"] == 0
+    endpoint.count_restart()
+    endpoint.count_restart()
+    assert endpoint.restarts == 2
+    assert httpx.get(url(endpoint, "/stats")).json()["restarts"] == 2
+    metrics = httpx.get(url(endpoint, "/metrics")).text
+    assert "# TYPE cadeloop_restarts_total counter\ncadeloop_restarts_total 2\n" in metrics
+
+
 def test_404_405_and_bad_requests(endpoint: Any) -> None:
     assert httpx.get(url(endpoint, "/nope")).status_code == 404
     r = httpx.post(url(endpoint, "/stats"), content=b"x")
@@ -285,6 +297,90 @@ def test_close_is_idempotent(fake: FakePairs) -> None:
     assert ep.closed
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/healthz")
+
+
+# ---- starvation and EMFILE ------------------------------------------------------------------
+
+
+def probe(port: int, path: str = "/healthz", timeout: float = 5.0) -> tuple[int, float]:
+    """(status, seconds) of one GET on a fresh connection."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+    return int(data.split(b" ", 2)[1]), time.monotonic() - started
+
+
+def test_idle_connections_cannot_starve_the_probes(endpoint: Any) -> None:
+    idle = []
+    try:
+        for i in range(200):
+            c = socket.create_connection(("127.0.0.1", endpoint.port), timeout=5)
+            if i % 2:
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHo")  # half a head: a slow client
+            idle.append(c)
+        time.sleep(0.2)
+        for path in ("/healthz", "/readyz", "/stats"):
+            status, took = probe(endpoint.port, path)
+            assert status == 200 and took < 0.5, (path, status, took)
+        # A client that keeps its connection busy is never the one closed: only idle ones go.
+        with httpx.Client() as client:
+            for _ in range(3):
+                assert client.get(url(endpoint, "/healthz")).status_code == 200
+    finally:
+        for c in idle:
+            c.close()
+
+
+_EMFILE_SERVER = """
+import resource, sys, time
+from cadeloop import _core
+ep = _core.StatsEndpoint(lambda: [], "127.0.0.1", 0, {})
+resource.setrlimit(resource.RLIMIT_NOFILE, (32, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print(ep.port, flush=True)
+time.sleep(60)
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of every thread of `pid` (clock ticks to seconds)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def test_out_of_descriptors_the_endpoint_backs_off_instead_of_spinning() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _EMFILE_SERVER], stdout=subprocess.PIPE, text=True)
+    clients = []
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        for _ in range(60):  # more than the 32 descriptors the endpoint's process may hold
+            clients.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(0.5)  # it accepted what it could; the rest wait in the backlog: EMFILE on every accept
+        before = cpu_seconds(proc.pid)
+        time.sleep(2.0)
+        used = cpu_seconds(proc.pid) - before
+        print(f"endpoint process CPU under EMFILE: {used / 2.0:.1%}")
+        assert used < 0.05, f"{used:.2f} s of CPU in 2 s: the endpoint spins on EMFILE"
+        for c in clients[:40]:
+            c.close()  # descriptors come back: the queued connections are served
+        time.sleep(0.3)
+        assert probe(port)[0] == 200
+    finally:
+        for c in clients:
+            c.close()
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 # ---- the dashboard in headless Chromium -----------------------------------------------------

@@ -41,8 +41,11 @@ struct stats_endpoint_options {
 ///
 /// HEAD is answered like GET without the body; any other method gets 405,
 /// any other path 404, a malformed request 400 and a close. Heads are capped
-/// at 8 KiB, connections at 64 at a time, and an idle connection is closed
-/// after 15 s, so a bad client can't starve the main process.
+/// at 8 KiB and a request must arrive within 15 s. Connections are capped at
+/// 64 at a time, and when a 65th arrives the one idle longest is closed to
+/// make room, so idle or slow connections can't starve a probe: the newest
+/// connection is always served. Accept errors such as EMFILE are retried
+/// after 50 ms, not at once, so the thread never spins.
 ///
 /// Created, closed and destroyed by one owning thread (the main thread);
 /// `set_draining()` and `port()` may be called from any thread.
@@ -74,6 +77,15 @@ class stats_endpoint {
   /// True once `set_draining()` was called. Any thread.
   [[nodiscard]] bool draining() const noexcept { return draining_.load(std::memory_order_relaxed); }
 
+  /// Counts one restart of a pair or serving process that died (the
+  /// supervisor calls it); /stats shows the sum as `restarts` and /metrics
+  /// as `cadeloop_restarts_total`. Any thread.
+  void count_restart() noexcept { restarts_.fetch_add(1, std::memory_order_relaxed); }
+  /// The restarts counted so far. Any thread.
+  [[nodiscard]] std::uint64_t restarts() const noexcept {
+    return restarts_.load(std::memory_order_relaxed);
+  }
+
   /// Stops accepting, closes every connection and joins the thread; waits
   /// for a reader call in progress to return. Idempotent. Owning thread.
   void close() noexcept;
@@ -87,6 +99,7 @@ class stats_endpoint {
   std::uint16_t port_ = 0;
   std::string description_;
   std::atomic<bool> draining_{false};
+  std::atomic<std::uint64_t> restarts_{0};
 };
 
 /// The dashboard page served at `/` (runtime/stats/stats_dashboard.html, embedded
