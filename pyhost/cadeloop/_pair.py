@@ -24,13 +24,13 @@ import threading
 from typing import Any, Callable
 
 from . import _core
-from ._errors import AppLoadError, StartupError
+from ._errors import AppLoadError, ClientDisconnected, StartupError
 from ._log import apply_log_level, error_logger, logger
 from ._loop import Loop
 from ._stats import start_endpoint, write_json
 from .config import Config
 
-__all__ = ["load_app", "bind_reuseport", "current_pair", "set_current_pair", "PairServer"]
+__all__ = ["load_app", "bind_reuseport", "current_pair", "set_current_pair", "record_os_exit", "PairServer"]
 
 # --------------------------------------------------------------------------- the app
 
@@ -216,6 +216,35 @@ def set_current_pair(index: int) -> None:
     _current_pair = index
 
 
+def record_os_exit(fd: int, prefix: str) -> None:
+    """Makes this interpreter's `os._exit` write one last-words line to `fd` before it exits.
+
+    `os._exit` skips every handler and raises no audit event, so a pair that
+    calls it would vanish without a word; the supervisor reads the line
+    (`prefix` + "pair 1 called os._exit(1) at app.py:12") and names the
+    call in its log line. Each interpreter has its own `os` module: this
+    touches only the calling pair's. The pair's thread, before the app is
+    imported.
+    """
+    real_exit = os._exit
+    pair = current_pair()
+
+    def _exit(code: int) -> None:
+        try:
+            frame = sys._getframe(1)
+            where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        except ValueError:
+            where = "?"
+        line = f"{prefix}pair {pair} called os._exit({code}) at {where}\n"
+        try:
+            os.write(fd, line.encode("utf-8", "replace")[:512])  # one write under PIPE_BUF: never cut
+        except OSError:
+            pass
+        real_exit(code)
+
+    os._exit = _exit  # type: ignore[assignment]
+
+
 # --------------------------------------------------------------------------- the server of one pair
 
 
@@ -244,6 +273,7 @@ class PairServer:
         self.stats_options: dict[str, Any] | None = None
         self.endpoint: Any = None
         self._stopping = False
+        self._cut = False  # a second signal (or stop level 2) cut the drain short
         self._stop_source_closed = False
         self._stopped: asyncio.Future[None] | None = None
 
@@ -280,15 +310,25 @@ class PairServer:
 
     def _on_signal(self, signum: int) -> None:
         if self._stopping and self.core is not None:
-            # A second SIGINT (Ctrl-C) cuts the drain short; a second SIGTERM (an orchestrator
-            # repeating itself) does not.
-            if signum == signal.SIGINT:
-                logger.info("SIGINT again: cancelling the app's tasks")
-                self.core.cancel_tasks()
-            else:
-                logger.info("%s again: still finishing requests in flight", signal.Signals(signum).name)
+            # A second SIGINT or SIGTERM cuts the drain short (docs/operations.md).
+            logger.info("%s again: cutting the drain short", signal.Signals(signum).name)
+            self._cut_short()
             return
         self.request_stop()
+
+    def pair_address(self, description: str) -> str:
+        """The address a supervised pair names: its socket's, also when the parent handed it over."""
+        # "fd 7 (127.0.0.1:8000)": a socket the sub-interpreter pairs' parent bound (cadeloop._host);
+        # the user asked for 127.0.0.1:8000, and the log says that, as in every other mode.
+        if self.config.fd is not None and description.startswith("fd ") and description.endswith(")"):
+            return description[description.index("(") + 1:-1]
+        return description
+
+    def _cut_short(self) -> None:
+        """Ends the drain now: the app's tasks are cancelled and not waited for. Loop thread."""
+        self._cut = True
+        if self.core is not None:
+            self.core.cancel_tasks()
 
     def _on_stop_request(self) -> None:
         assert self.stop_source is not None
@@ -301,7 +341,7 @@ class PairServer:
             self.request_stop()
         if level >= 2 and self.core is not None:
             logger.info("drain cut short: cancelling the app's tasks")
-            self.core.cancel_tasks()
+            self._cut_short()
 
     def _on_stopped(self) -> None:
         if self._stopped is not None and not self._stopped.done():
@@ -309,6 +349,11 @@ class PairServer:
 
     @staticmethod
     def _on_app_error(message: str, exc: BaseException | None) -> None:
+        if isinstance(exc, ClientDisconnected):
+            # The client left while the app was sending (send() raised, as ASGI asks): not an
+            # app error, and common behind a browser or a load balancer. One debug line.
+            logger.debug("client disconnected during the response (%s)", exc)
+            return
         if exc is None:
             error_logger.error(message)
         else:
@@ -360,14 +405,14 @@ class PairServer:
                 scheme = "http+unix" if config.uds else "http"
                 logger.info("listening on %s://%s (1 core pair, pid %d)", scheme, core.description, os.getpid())
             else:
-                logger.info("serving on %s (pid %d)", core.description, os.getpid())
+                logger.info("serving on %s (pid %d)", self.pair_address(core.description), os.getpid())
             if self.on_listening is not None:
-                self.on_listening(core.description)
+                self.on_listening(self.pair_address(core.description))
             await self._stopped
             # Every connection is closed now; tasks may still run (background work, an app
             # that ignores disconnects). Give them the grace period, then cancel them.
             deadline = loop.time() + max(config.grace, 0.1)
-            while core.active_tasks() and loop.time() < deadline:
+            while core.active_tasks() and loop.time() < deadline and not self._cut:
                 await asyncio.sleep(0.005)
             if core.active_tasks():
                 core.cancel_tasks()

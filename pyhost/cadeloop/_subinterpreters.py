@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import socket
 import sys
 import threading
 import time
@@ -32,7 +33,7 @@ from typing import Any
 from . import _core
 from ._errors import AppLoadError, StartupError
 from ._log import configure_pair_logging, logger
-from ._pair import PairServer, load_app, set_current_pair
+from ._pair import PairServer, load_app, record_os_exit, set_current_pair
 from ._supervisor import THREAD_GRACE, SupervisedPair, Supervisor
 
 __all__ = ["PY312_REFUSAL", "choose_isolation", "probe_app", "run_interp_pair", "InterpSupervisor"]
@@ -133,8 +134,12 @@ def _run_interp_pair(argument: str, slot: int) -> tuple[int, str, str]:
     index = settings.pop("pair")
     class_name = settings.pop("config_class")
     page_address = settings.pop("stats_page_address")
+    last_words_fd = settings.pop("last_words_fd", None)
+    listen_backlog = settings.pop("listen_backlog", None)
     set_current_pair(index)
     configure_pair_logging(index, settings["log_level"])
+    if last_words_fd is not None:
+        record_os_exit(last_words_fd, "W")
     config = _make_config(class_name, settings)
     try:
         app = load_app(config.app, config.app_dir, config.factory)
@@ -143,6 +148,14 @@ def _run_interp_pair(argument: str, slot: int) -> tuple[int, str, str]:
     except Exception as exc:
         traceback.print_exc()
         return 1, f"importing {config.app!r} raised {type(exc).__name__}: {exc}", "{}"
+    if listen_backlog is not None and config.fd is not None:
+        # A socket the parent only bound (it replaced a dead serving process's): listen now,
+        # with the app imported, so no connection waits in its queue for a pair still starting.
+        listening = socket.socket(fileno=config.fd)
+        try:
+            listening.listen(listen_backlog)
+        finally:
+            listening.detach()
     srv = PairServer(app, config)
     srv.pair = index
     srv.stats_options = {"stats_page_address": page_address, "stats_index": index}
@@ -167,9 +180,13 @@ class InterpSupervisor(Supervisor):
         super().__init__(*args)
         self.slots: dict[int, int] = {}  # pair index -> slot id
 
+    def pair_settings(self, pair: SupervisedPair) -> dict[str, Any]:
+        """The settings pair `pair` is started with (JSON-able; read by run_interp_pair)."""
+        return dict(self.settings, pair=pair.index, config_class=_config_class_name(self.config),
+                    stats_page_address=self.region.address(pair.index))
+
     def start_pair(self, pair: SupervisedPair) -> None:
-        settings = dict(self.settings, pair=pair.index, config_class=_config_class_name(self.config),
-                        stats_page_address=self.region.address(pair.index))
+        settings = self.pair_settings(pair)
         self.slots[pair.index] = _core.interp_start(
             __name__, run_interp_pair.__name__, json.dumps(settings), self.pins[pair.index], THREAD_GRACE
         )
@@ -189,14 +206,14 @@ class InterpSupervisor(Supervisor):
                 self.left_alive += 1
 
     def wait(self, timeout: float) -> None:
-        running = [i for i, p in enumerate(self.pairs) if p.running]
+        running = [p for p in self.pairs if p.running]
         if running:
             # One slice on one pair (GIL released); the others are looked at below.
-            _core.interp_wait(self.slots[running[0]], timeout, not self.pairs[running[0]].ready)
+            _core.interp_wait(self.slots[running[0].index], timeout, not running[0].ready)
         else:
             time.sleep(timeout)
-        for index in running:
-            pair = self.pairs[index]
+        for pair in running:
+            index = pair.index
             slot = self.slots[index]
             ready, finished, ended, description, code, message, stats = _core.interp_status(slot)
             if ready and not pair.ready and not finished:

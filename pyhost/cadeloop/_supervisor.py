@@ -27,7 +27,7 @@ from ._cpus import pin_sets
 from ._log import logger
 from ._stats import start_endpoint
 
-__all__ = ["START_WINDOW", "GIVE_UP_AFTER", "GIVE_UP_WINDOW", "THREAD_GRACE", "SupervisedPair", "Supervisor"]
+__all__ = ["START_WINDOW", "GIVE_UP_AFTER", "GIVE_UP_WINDOW", "THREAD_GRACE", "CUT_GRACE", "SupervisedPair", "Supervisor"]
 
 #: A pair that dies sooner than this (seconds) after it was started died "at start".
 START_WINDOW = 10.0
@@ -36,6 +36,10 @@ GIVE_UP_AFTER = 5
 GIVE_UP_WINDOW = 60.0
 #: Seconds threads an app started get to end after its pair stopped, before its interpreter ends.
 THREAD_GRACE = 5.0
+#: Seconds the pairs get after a second SIGINT/SIGTERM (their tasks cancelled) before they are killed:
+#: more than the 2 s a connection lingers after its last response, so a pair whose app took the
+#: cancellation ends by itself.
+CUT_GRACE = 3.0
 
 
 def _pair_settings(config: Any, port: int) -> dict[str, Any]:
@@ -60,12 +64,17 @@ class SupervisedPair:
         self.stats: list[dict[str, Any]] = []
         self.error: tuple[int, str] | None = None  # a start-up failure the pair reported
         self.starts = 0
+        #: How the log names it: "pair 3", or the pairs a serving process holds.
+        self.label = f"pair {index}"
+        #: What the pair said just before it ended (a Python-level os._exit and where it was called).
+        self.last_words = ""
 
     def mark_started(self) -> None:
         """A worker or interpreter for this pair was just started."""
         self.running = True
         self.ready = False
         self.error = None
+        self.last_words = ""
         self.started_at = time.monotonic()
         self.starts += 1
 
@@ -74,8 +83,11 @@ class Supervisor:
     """Runs N pairs on the main thread until a stop; subclasses say where each pair's interpreter lives."""
 
     isolation = ""
+    #: Whether run() takes SIGINT/SIGTERM/SIGHUP (False where a parent process owns them).
+    owns_signals = True
 
-    def __init__(self, config: Any, app: Any, n: int, port: int, reserved: socket.socket | None) -> None:
+    def __init__(self, config: Any, app: Any, n: int, port: int, reserved: socket.socket | None,
+                 region: Any = None) -> None:
         self.config = config
         self.app = app
         self.pairs = [SupervisedPair(i) for i in range(n)]
@@ -90,10 +102,16 @@ class Supervisor:
         self.pid = os.getpid()
         # One page of counters per pair, shared with the workers (made before any fork) and
         # reached by address from sub-interpreters; the stats endpoint reads it.
-        self.region = _core.StatsRegion(n)
+        self.region = region if region is not None else _core.StatsRegion(n)
         self.endpoint: Any = None
+        #: Pairs (or serving processes) restarted after they died; /stats and /metrics count them too.
+        self.restarts = 0
         #: Pairs whose interpreter could not be ended (sub-interpreters only): the process must not finalize.
         self.left_alive = 0
+
+    def stats_by_pair(self) -> dict[int, list[dict[str, Any]]]:
+        """Each pair's counters at exit, one dict per worker or interpreter it ran in."""
+        return {p.index: p.stats for p in self.pairs}
 
     # --- to implement
     def start_pair(self, pair: SupervisedPair) -> None:
@@ -114,19 +132,21 @@ class Supervisor:
         name = signal.Signals(signum).name
         if self.stop_level == 0:
             logger.info("%s: shutting down %d core pairs: finishing requests in flight (grace %gs)",
-                        name, len(self.pairs), self.config.grace)
+                        name, len(self.region), self.config.grace)
             self.request_stop(1)
-        elif signum == signal.SIGINT and self.stop_level < 2:
-            logger.info("SIGINT again: cutting the drain short")
+        elif self.stop_level < 2:
+            logger.info("%s again: cutting the drain short", name)
             self.request_stop(2)
-        else:
-            logger.info("%s again: still finishing requests in flight", name)
 
     def request_stop(self, level: int) -> None:
         if self.stop_level == 0:
             self.stop_deadline = time.monotonic() + self.config.grace + THREAD_GRACE + 10.0
             if self.endpoint is not None:
                 self.endpoint.set_draining()  # /readyz says 503 before the listeners close
+        if level >= 2 and self.stop_level < 2:
+            # The drain cut short: the app's tasks are cancelled; a pair still running after
+            # CUT_GRACE (an app thread blocked outside the loop) is killed.
+            self.stop_deadline = min(self.stop_deadline, time.monotonic() + CUT_GRACE)
         self.stop_level = max(self.stop_level, level)
         for pair in self.pairs:
             pair.restart_at = None
@@ -138,15 +158,18 @@ class Supervisor:
         pair.running = False
         was_ready, pair.ready = pair.ready, False
         detail = f": {pair.error[1]}" if pair.error else ""
+        if pair.last_words and not clean:
+            detail += f" ({pair.last_words})"
+        label = pair.label
         if self.stop_level:
             if not clean:
-                logger.error("pair %d %s while shutting down%s", pair.index, how, detail)
-                self.failure = self.failure or (1, f"pair {pair.index} {how} while shutting down{detail}")
+                logger.error("%s %s while shutting down%s", label, how, detail)
+                self.failure = self.failure or (1, f"{label} {how} while shutting down{detail}")
             return
         if pair.error is not None and not self.up:
             # The app failed to start (import, lifespan, address): stop the server with its message.
             self.failure = pair.error
-            logger.info("pair %d failed to start; stopping the other pairs", pair.index)
+            logger.info("%s failed to start; stopping the other pairs", label)
             self.request_stop(1)
             return
         now = time.monotonic()
@@ -154,18 +177,22 @@ class Supervisor:
             pair.deaths = [t for t in pair.deaths if now - t < GIVE_UP_WINDOW] + [now]
         if len(pair.deaths) >= GIVE_UP_AFTER:
             pair.given_up = True
-            logger.error("pair %d %s%s; it died %d times within %gs of starting: giving up on it",
-                         pair.index, how, detail, len(pair.deaths), GIVE_UP_WINDOW)
+            logger.error("%s %s%s; it died %d times within %gs of starting: giving up on it",
+                         label, how, detail, len(pair.deaths), GIVE_UP_WINDOW)
             if all(p.given_up for p in self.pairs):
-                self.failure = (1, f"every core pair kept dying at start (last: pair {pair.index} {how}{detail})")
+                self.failure = (1, f"every core pair kept dying at start (last: {label} {how}{detail})")
                 self.request_stop(1)
             return
         delay = 0.0 if len(pair.deaths) <= 1 else min(0.1 * 2 ** (len(pair.deaths) - 2), 2.0)
-        logger.error("pair %d %s%s; restarting it", pair.index, how, detail)
+        logger.error("%s %s%s; restarting it", label, how, detail)
         pair.restart_at = now + delay
+        self.restarts += 1
+        if self.endpoint is not None:
+            self.endpoint.count_restart()
 
     def run(self) -> None:
-        previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if self.owns_signals else ()
+        previous = {sig: signal.signal(sig, self.on_signal) for sig in signals}
         try:
             self.endpoint = start_endpoint(self.config, self.region, self.isolation)
             for pair in self.pairs:
@@ -180,8 +207,13 @@ class Supervisor:
                     self.up = True
                     self.announce()
                 if self.stop_level and now > self.stop_deadline:
-                    self.failure = self.failure or (1, "core pairs did not stop within grace; killed")
-                    logger.error("core pairs did not stop within grace + %gs; killing them", THREAD_GRACE + 10)
+                    if self.stop_level >= 2:
+                        logger.error("core pairs did not stop within %gs of the second signal; killing them",
+                                     CUT_GRACE)
+                        self.failure = self.failure or (1, "core pairs did not stop after the second signal; killed")
+                    else:
+                        self.failure = self.failure or (1, "core pairs did not stop within grace; killed")
+                        logger.error("core pairs did not stop within grace + %gs; killing them", THREAD_GRACE + 10)
                     self.kill_all()
                     break
                 pending = [p.restart_at for p in self.pairs if p.restart_at is not None]

@@ -25,10 +25,13 @@ from typing import Any
 from . import _core
 from ._errors import AppLoadError, StartupError
 from ._log import configure_pair_logging, logger
-from ._pair import PairServer, load_app, set_current_pair
+from ._pair import PairServer, load_app, record_os_exit, set_current_pair
 from ._supervisor import SupervisedPair, Supervisor
 
 __all__ = ["ProcessSupervisor"]
+
+# The worker's own exit, which record_os_exit() must not report as the app's.
+_real_exit = os._exit
 
 
 def _describe_exit(status: int) -> str:
@@ -80,7 +83,7 @@ class ProcessSupervisor(Supervisor):
                     sys.stdout.flush()
                     sys.stderr.flush()
                 finally:
-                    os._exit(code)
+                    _real_exit(code)
         os.close(status_w)
         os.close(control_r)
         os.set_blocking(status_r, False)
@@ -125,6 +128,8 @@ class ProcessSupervisor(Supervisor):
         elif kind == "E":
             code, _, message = text.partition("\t")
             pair.error = (int(code or 1), message)
+        elif kind == "W":
+            pair.last_words = text
 
     def read_status(self, index: int) -> bool:
         """Reads what pair `index`'s worker reported; False at end of file."""
@@ -196,6 +201,12 @@ class ProcessSupervisor(Supervisor):
             os.sched_setaffinity(0, self.pins[index])
         set_current_pair(index)
         configure_pair_logging(index, self.config.log_level)
+        record_os_exit(status_w, "W")
+        # A segfault in the app: its Python stack on stderr before the supervisor's line. Imported
+        # here: faulthandler refuses to load in a sub-interpreter, which imports this module too.
+        import faulthandler
+
+        faulthandler.enable()
 
         def report(kind: str, text: str) -> None:
             try:

@@ -20,10 +20,12 @@ from typing import Any
 from . import _core
 from ._cpus import pin_sets, resolve_cores
 from ._errors import AppLoadError, ClientDisconnected, StartupError
+from ._host import SERVING_PROCESSES, HostSupervisor, split_pairs
+from ._limits import raise_fd_limit
 from ._log import apply_log_level, configure_logging, error_logger, logger
 from ._pair import PairServer, bind_reuseport, current_pair, load_app
 from ._stats import merge_stats, region_stats, write_json
-from ._subinterpreters import InterpSupervisor, choose_isolation
+from ._subinterpreters import choose_isolation
 from ._supervisor import Supervisor
 from ._workers import ProcessSupervisor
 from .config import SETTINGS, Config, SettingError, resolve
@@ -46,6 +48,8 @@ class Server(PairServer):
 
     def run(self) -> None:
         if self.config.cores == 1 or self.pair is not None:
+            if self.pair is None:
+                raise_fd_limit(self.config, 1)
             super().run()
             return
         apply_log_level(self.config.log_level)
@@ -65,6 +69,7 @@ def run_server(config: Config, app: Any = None) -> dict[str, Any]:
     """
     n = resolve_cores(config.cores)
     if n == 1:
+        raise_fd_limit(config, 1)
         if config.pin:
             os.sched_setaffinity(0, pin_sets(1)[0])  # the I/O thread, started later, inherits it
         one = dataclasses.replace(config, cores=1)
@@ -75,6 +80,7 @@ def run_server(config: Config, app: Any = None) -> dict[str, Any]:
         raise StartupError(
             f"--cores {config.cores}: more than one core pair needs a TCP address (--host/--port); "
             "--uds and --fd serve one pair", 2)
+    raise_fd_limit(config, n)
     isolation, why = choose_isolation(config)
     logger.info("isolation %s (%s)", isolation, why)
     reserved = bind_reuseport(config)
@@ -85,11 +91,14 @@ def run_server(config: Config, app: Any = None) -> dict[str, Any]:
             app = load_app(config.app, config.app_dir, config.factory)
         supervisor = ProcessSupervisor(config, app, n, port, reserved)
     else:
-        supervisor = InterpSupervisor(config, None, n, port, reserved)
+        # Sub-interpreter pairs run in two serving processes under this one, which keeps the
+        # listening sockets and restarts a serving process a pair crashed (cadeloop._host).
+        supervisor = HostSupervisor(config, n, port, reserved, split_pairs(n, SERVING_PROCESSES))
     supervisor.run()
     if config.access_log:
         _core.flush_access_logs(max(config.grace, 1.0))
-    stats = merge_stats({p.index: p.stats for p in supervisor.pairs}, isolation)
+    stats = merge_stats(supervisor.stats_by_pair(), isolation)
+    stats["restarts"] = supervisor.restarts
     # The shared pages hold every pair's latest counters (a restarted worker starts its page
     # afresh); the histograms merge there, which summing per-worker dicts cannot do.
     stats["region"] = region_stats(supervisor.region, isolation)

@@ -121,7 +121,9 @@ def test_two_pairs_both_serve_and_each_runs_lifespan_once(tmp_path: Path, isolat
         assert sorted(seen) == [0, 1], seen
         p = pair_of(srv.url)
         if isolation == "subinterpreters":
-            assert seen[0] == seen[1] == {srv.pid}
+            # Issue 17: the pairs' interpreters live in serving processes under the one started
+            # (crash containment), not in it.
+            assert srv.pid not in seen[0] | seen[1]
             assert p["main_interpreter"] is False
         else:
             assert seen[0].isdisjoint(seen[1]) and srv.pid not in seen[0] | seen[1]
@@ -400,33 +402,22 @@ def slow_request(port: int, delay: float, result: list[object]) -> threading.Thr
     return t
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("isolation", MODES)
-def test_second_sigterm_keeps_draining_second_sigint_cuts_it_short(tmp_path: Path, isolation: str) -> None:
+def test_a_second_sigterm_or_sigint_cuts_the_drain_short(tmp_path: Path, isolation: str, sig: int) -> None:
+    # Issue 17 changed the second SIGTERM: it used to keep draining; now, as a second SIGINT, it cuts short.
     srv = ServerProcess("cores_app:app", "--cores", "2", "--isolation", isolation, "--grace", "30",
                         tmp=tmp_path).start()
     result: list[object] = []
-    t = slow_request(srv.port, 2.0, result)
-    time.sleep(0.5)
-    assert srv.proc is not None
-    srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    rc = srv.stop(signal.SIGTERM)  # the second SIGTERM: the slow request still gets its answer
-    t.join(10)
-    assert rc == 0 and result == [200], (result, srv.log())
-    assert "SIGTERM again: still finishing requests in flight" in srv.log()
-
-    srv = ServerProcess("cores_app:app", "--cores", "2", "--isolation", isolation, "--grace", "30",
-                        tmp=tmp_path).start()
-    result = []
     t = slow_request(srv.port, 20.0, result)
     time.sleep(0.5)
     assert srv.proc is not None
     started = time.monotonic()
-    srv.proc.send_signal(signal.SIGINT)
+    srv.proc.send_signal(sig)
     time.sleep(0.3)
-    rc = srv.stop(signal.SIGINT)
+    rc = srv.stop(sig)
     t.join(10)
     assert time.monotonic() - started < 8, srv.log()
     assert rc == 0, srv.log()
     assert result and result != [200], result
-    assert "SIGINT again: cutting the drain short" in srv.log()
+    assert f"{signal.Signals(sig).name} again: cutting the drain short" in srv.log()
