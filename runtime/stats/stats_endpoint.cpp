@@ -380,7 +380,7 @@ void stats_endpoint::state::on_accept(const boost::system::error_code& ec, strea
   if (!ec) {
     std::size_t live = 0;
     for (const stats_connection* c : connections) {
-      live += c->stopped() ? 0 : 1;
+      live += c->stopped() ? 0U : 1U;
     }
     // Over the cap, the newest connection wins: a probe that just connected
     // is answered, and the client idle longest (an idle or slow one) goes.

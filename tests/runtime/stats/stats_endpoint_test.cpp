@@ -627,6 +627,31 @@ TEST_F(stats_endpoint_test, close_is_idempotent_and_stops_serving) {
   EXPECT_THROW(client{port_}, std::runtime_error);
 }
 
+TEST_F(stats_endpoint_test, idle_connections_at_the_cap_do_not_starve_a_probe) {
+  // Three times the cap, half of them with half a head: the newest connection
+  // is always served, the idlest make room.
+  std::vector<std::unique_ptr<client>> idle;
+  for (int i = 0; i < 192; ++i) {
+    idle.push_back(std::make_unique<client>(port_));
+    if (i % 2 == 1) {
+      idle.back()->send("GET /healthz HTTP/1.1\r\nHo");
+    }
+  }
+  EXPECT_EQ(get(port_, "/healthz").status, 200);
+  EXPECT_EQ(get(port_, "/readyz").status, 200);
+  // The first connections were the idlest: closed to make room.
+  EXPECT_TRUE(idle.front()->at_eof());
+}
+
+TEST_F(stats_endpoint_test, restarts_are_counted_in_stats_and_metrics) {
+  endpoint_->count_restart();
+  endpoint_->count_restart();
+  EXPECT_EQ(endpoint_->restarts(), 2u);
+  const json doc = json_parser{get(port_, "/stats").body}.parse();
+  EXPECT_EQ(doc["restarts"].num(), 2);
+  EXPECT_NE(get(port_, "/metrics").body.find("\ncadeloop_restarts_total 2\n"), std::string::npos);
+}
+
 TEST(stats_endpoint, concurrent_clients_and_draining) {
   std::atomic<std::uint64_t> calls{0};
   std::string error;
