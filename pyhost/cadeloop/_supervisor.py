@@ -2,12 +2,13 @@
 
 `Supervisor` holds what both isolation modes share: the signals
 (SIGINT/SIGTERM/SIGHUP belong to the main thread of the main interpreter),
-the stop levels (1 drain, 2 drain cut short), restarting a pair that died
+the stop levels (1 drain, 2 drain cut short: a second SIGINT or SIGTERM), restarting a pair that died
 and giving up on one that keeps dying at start, the stats region and
 endpoint, and the "listening" line once every pair is up. Where each pair's
 interpreter lives is a subclass's business: `cadeloop._workers` (one forked
 worker process per pair) and `cadeloop._subinterpreters` (one own-GIL
-sub-interpreter per pair); `cadeloop.server` picks one.
+sub-interpreter per pair), which `cadeloop._host` runs in serving processes
+that it restarts as workers are; `cadeloop.server` picks one.
 
 Nothing Python crosses an interpreter: a pair gets its settings as
 JSON-able data and reports back plain strings and ints.
@@ -27,7 +28,9 @@ from ._cpus import pin_sets
 from ._log import logger
 from ._stats import start_endpoint
 
-__all__ = ["START_WINDOW", "GIVE_UP_AFTER", "GIVE_UP_WINDOW", "THREAD_GRACE", "CUT_GRACE", "SupervisedPair", "Supervisor"]
+__all__ = [
+    "START_WINDOW", "GIVE_UP_AFTER", "GIVE_UP_WINDOW", "THREAD_GRACE", "CUT_GRACE", "SupervisedPair", "Supervisor",
+]
 
 #: A pair that dies sooner than this (seconds) after it was started died "at start".
 START_WINDOW = 10.0
