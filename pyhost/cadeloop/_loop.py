@@ -17,8 +17,9 @@ import collections.abc
 import selectors
 import socket
 import sys
+import threading
 import warnings
-from asyncio import base_events, format_helpers, protocols, selector_events
+from asyncio import base_events, events, format_helpers, protocols, selector_events
 from asyncio.log import logger
 from typing import Any, Coroutine, Iterator, Mapping, TypeVar
 
@@ -367,6 +368,27 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
                 self._run_until_stopped()
             finally:
                 self._run_forever_cleanup()
+
+    else:  # 3.11: its run_forever has no set-up/clean-up halves to call
+
+        def run_forever(self) -> None:
+            """Run until stop() is called: 3.11 asyncio's set-up and clean-up around a C++ loop of passes."""
+            self._check_closed()
+            self._check_running()
+            self._set_coroutine_origin_tracking(self._debug)
+            old_agen_hooks = sys.get_asyncgen_hooks()
+            try:
+                self._thread_id = threading.get_ident()
+                sys.set_asyncgen_hooks(firstiter=self._asyncgen_firstiter_hook,
+                                       finalizer=self._asyncgen_finalizer_hook)
+                events._set_running_loop(self)
+                self._run_until_stopped()
+            finally:
+                self._stopping = False
+                self._thread_id = None
+                events._set_running_loop(None)
+                self._set_coroutine_origin_tracking(False)
+                sys.set_asyncgen_hooks(*old_agen_hooks)
 
     def _make_socket_transport(self, sock: socket.socket, protocol: Any, waiter: Any = None, *,
                                extra: Any = None, server: Any = None) -> _SocketTransport:
