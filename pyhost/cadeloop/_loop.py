@@ -2,10 +2,10 @@
 
 `Loop` inherits from `_core.LoopCore` (C++: ready queue, timer heap, run-once
 step with the epoll poll, check-before-park wake-ups, the fd interest table,
-call_soon/call_later/call_at/call_soon_threadsafe, and the hot half of the
-TCP/Unix socket transports) and from asyncio's own selector event loop, whose
-Python code supplies what is not hot yet: run_forever/run_until_complete,
-tasks and futures, the exception handler, executors and DNS, sock_* methods,
+call_soon/call_later/call_at/call_soon_threadsafe, run_forever's loop of
+passes, and the hot half of the TCP/Unix socket transports) and from asyncio's
+own selector event loop, whose Python code supplies what is not hot yet: the
+set-up and clean-up of run_forever, run_until_complete, tasks and futures, the exception handler, executors and DNS, sock_* methods,
 the accept path of servers, UDP and pipe transports, signals, subprocesses and
 TLS (asyncio's SSL protocol over cadeloop's socket transports).
 """
