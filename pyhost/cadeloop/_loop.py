@@ -2,10 +2,10 @@
 
 `Loop` inherits from `_core.LoopCore` (C++: ready queue, timer heap, run-once
 step with the epoll poll, check-before-park wake-ups, the fd interest table,
-call_soon/call_later/call_at/call_soon_threadsafe, and the hot half of the
-TCP/Unix socket transports) and from asyncio's own selector event loop, whose
-Python code supplies what is not hot yet: run_forever/run_until_complete,
-tasks and futures, the exception handler, executors and DNS, sock_* methods,
+call_soon/call_later/call_at/call_soon_threadsafe, run_forever's loop of
+passes, and the hot half of the TCP/Unix socket transports) and from asyncio's
+own selector event loop, whose Python code supplies what is not hot yet: the
+set-up and clean-up of run_forever, run_until_complete, tasks and futures, the exception handler, executors and DNS, sock_* methods,
 the accept path of servers, UDP and pipe transports, signals, subprocesses and
 TLS (asyncio's SSL protocol over cadeloop's socket transports).
 """
@@ -17,8 +17,9 @@ import collections.abc
 import selectors
 import socket
 import sys
+import threading
 import warnings
-from asyncio import base_events, format_helpers, protocols, selector_events
+from asyncio import base_events, events, format_helpers, protocols, selector_events
 from asyncio.log import logger
 from typing import Any, Coroutine, Iterator, Mapping, TypeVar
 
@@ -367,6 +368,27 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
                 self._run_until_stopped()
             finally:
                 self._run_forever_cleanup()
+
+    else:  # 3.11: its run_forever has no set-up/clean-up halves to call
+
+        def run_forever(self) -> None:
+            """Run until stop() is called: 3.11 asyncio's set-up and clean-up around a C++ loop of passes."""
+            self._check_closed()
+            self._check_running()
+            self._set_coroutine_origin_tracking(self._debug)
+            old_agen_hooks = sys.get_asyncgen_hooks()
+            try:
+                self._thread_id = threading.get_ident()
+                sys.set_asyncgen_hooks(firstiter=self._asyncgen_firstiter_hook,
+                                       finalizer=self._asyncgen_finalizer_hook)
+                events._set_running_loop(self)
+                self._run_until_stopped()
+            finally:
+                self._stopping = False
+                self._thread_id = None
+                events._set_running_loop(None)
+                self._set_coroutine_origin_tracking(False)
+                sys.set_asyncgen_hooks(*old_agen_hooks)
 
     def _make_socket_transport(self, sock: socket.socket, protocol: Any, waiter: Any = None, *,
                                extra: Any = None, server: Any = None) -> _SocketTransport:

@@ -76,6 +76,14 @@ struct transport_object {
   PyObject* owner;         // the Python transport (strong until release())
   PyObject* protocol;      // strong until release()
   PyObject* empty_waiter;  // asyncio's sendfile waiter, or NULL
+  // The contextvars.Context the protocol's callbacks run in, as asyncio's
+  // reader and writer handles would hold it: reads run in a copy of the
+  // context current when reading started or resumed (the transport's
+  // creation, for a new connection); what a deferred flush calls back
+  // (resume_writing, connection_lost after close) runs in a copy of the
+  // context of the write() that found the buffer empty. Strong, or NULL.
+  PyObject* read_context;
+  PyObject* write_context;
   int fd;
   bool buffered;           // the protocol is an asyncio.BufferedProtocol
   bool attached;           // in the loop's fd table

@@ -28,11 +28,13 @@ constexpr int max_iov = 64;
 /// recv size for data_received protocols, as asyncio's max_size.
 constexpr std::size_t read_size = 256 * 1024;
 
-transport_object* as_transport(PyObject* o) { return reinterpret_cast<transport_object*>(o); }
-
+transport_object* as_transport(PyObject* o) {
+  return reinterpret_cast<transport_object*>(o);
+}
 
 bool must_stop_loop() {
-  return PyErr_ExceptionMatches(PyExc_SystemExit) || PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+  return PyErr_ExceptionMatches(PyExc_SystemExit) ||
+         PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
 }
 
 /// Result of a call into the Python half: an exception escaping it stops
@@ -66,7 +68,8 @@ int fatal_error(transport_object* t, const char* message) {
   }
   PyObject* exc = take_exception();
   PyObject* owner = Py_NewRef(t->owner);
-  const int rc = settle(PyObject_CallMethod(owner, "_fatal_error", "Os", exc != nullptr ? exc : Py_None, message));
+  const int rc = settle(
+      PyObject_CallMethod(owner, "_fatal_error", "Os", exc != nullptr ? exc : Py_None, message));
   Py_DECREF(owner);
   Py_XDECREF(exc);
   return rc;
@@ -78,7 +81,46 @@ void set_errno_error(int err) {
   PyErr_SetFromErrno(PyExc_OSError);
 }
 
-bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
+bool would_block(int err) {
+  return err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
+}
+
+/// `slot` = a copy of the current contextvars.Context, as asyncio's Handle
+/// takes one when it is made. False with an exception set on failure.
+bool copy_current_context(PyObject*& slot) {
+  PyObject* ctx = PyContext_CopyCurrent();
+  if (ctx == nullptr) {
+    return false;
+  }
+  Py_XSETREF(slot, ctx);
+  return true;
+}
+
+/// Runs fn() inside `ctx` (a transport's read or write context; NULL runs it
+/// in the current one), as asyncio's handle would run the callback. A context
+/// already entered further up the stack (a flush started from inside the same
+/// context) is not entered twice: fn() runs in the current one then.
+template <typename Fn>
+int run_in(PyObject* ctx, Fn&& fn) {
+  if (ctx == nullptr) {
+    return fn();
+  }
+  Py_INCREF(ctx);  // the callback may replace the transport's context
+  const int enter_rc = PyContext_Enter(ctx);
+  if (enter_rc < 0) {
+    if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+      Py_DECREF(ctx);
+      return -1;
+    }
+    PyErr_Clear();
+  }
+  int rc = fn();
+  if (enter_rc == 0 && PyContext_Exit(ctx) < 0) {
+    rc = -1;
+  }
+  Py_DECREF(ctx);
+  return rc;
+}
 
 void clear_chunks(transport_object* t) {
   // Taken out first: the deque is consistent before any object goes away.
@@ -119,7 +161,9 @@ bool apply(transport_object* t) {
 
 // ---------------------------------------------------------------- reading
 
-int on_eof(transport_object* t) { return call_owner(t, "_read_ready__on_eof"); }
+int on_eof(transport_object* t) {
+  return call_owner(t, "_read_ready__on_eof");
+}
 
 int read_into_protocol_buffer(loop_state& st, transport_object* t, PyObject* protocol) {
   PyObject* minus_one = PyLong_FromLong(-1);
@@ -284,7 +328,9 @@ int flush_one(loop_state& st, transport_object* t) {
       PyObject* owner = Py_XNewRef(t->owner);
       int rc = 0;
       if (owner != nullptr) {
-        rc = settle(PyObject_CallMethod(owner, "_cadeloop_write_error", "O", exc));
+        rc = run_in(t->write_context, [&] {
+          return settle(PyObject_CallMethod(owner, "_cadeloop_write_error", "O", exc));
+        });
         Py_DECREF(owner);
       }
       Py_XDECREF(exc);
@@ -293,7 +339,8 @@ int flush_one(loop_state& st, transport_object* t) {
   } else {
     st.bytes_sent += static_cast<std::uint64_t>(n);
     consume(t, static_cast<std::size_t>(n));
-    if (t->protocol_paused && t->buffered_bytes <= t->low_water && call_owner(t, "_maybe_resume_protocol") < 0) {
+    if (t->protocol_paused && t->buffered_bytes <= t->low_water &&
+        run_in(t->write_context, [&] { return call_owner(t, "_maybe_resume_protocol"); }) < 0) {
       return -1;  // resume_writing() may have written more: looked at below
     }
   }
@@ -305,7 +352,7 @@ int flush_one(loop_state& st, transport_object* t) {
       }
     }
     if (t->empty_waiter != nullptr || t->closing || t->eof) {
-      return call_owner(t, "_cadeloop_drained");
+      return run_in(t->write_context, [&] { return call_owner(t, "_cadeloop_drained"); });
     }
     return 0;
   }
@@ -323,6 +370,13 @@ int flush_one(loop_state& st, transport_object* t) {
 /// loop's flush list. Returns -1 with an exception set on failure.
 int enqueue(transport_object* t, PyObject* bytes) {
   const Py_ssize_t len = PyBytes_GET_SIZE(bytes);
+  // asyncio's write() into an empty buffer sends at once and, if the socket
+  // did not take it all, registers its writer handle with a copy of the
+  // caller's context: what the flush calls back runs there.
+  if (t->chunks->empty() && !copy_current_context(t->write_context)) {
+    Py_DECREF(bytes);
+    return -1;
+  }
   try {
     t->chunks->push_back(write_chunk{bytes, 0});
   } catch (const std::bad_alloc&) {
@@ -376,7 +430,8 @@ PyObject* as_bytes(PyObject* data) {
     PyBuffer_Release(&view);
     return copy;
   }
-  PyErr_Format(PyExc_TypeError, "data argument must be a bytes-like object, not '%.100s'", Py_TYPE(data)->tp_name);
+  PyErr_Format(PyExc_TypeError, "data argument must be a bytes-like object, not '%.100s'",
+               Py_TYPE(data)->tp_name);
   return nullptr;
 }
 
@@ -391,13 +446,15 @@ int log_lost_write() {
   if (logger == nullptr) {
     return -1;
   }
-  const int rc = settle(PyObject_CallMethod(logger, "warning", "s", "socket.send() raised exception."));
+  const int rc =
+      settle(PyObject_CallMethod(logger, "warning", "s", "socket.send() raised exception."));
   Py_DECREF(logger);
   return rc;
 }
 
 PyObject* maybe_pause(transport_object* t) {
-  if (!t->protocol_paused && t->buffered_bytes > t->high_water && call_owner(t, "_maybe_pause_protocol") < 0) {
+  if (!t->protocol_paused && t->buffered_bytes > t->high_water &&
+      call_owner(t, "_maybe_pause_protocol") < 0) {
     return nullptr;
   }
   Py_RETURN_NONE;
@@ -468,7 +525,16 @@ PyObject* transport_writelines(PyObject* self, PyObject* iterable) {
 
 PyObject* transport_start_reading(PyObject* self, PyObject*) {
   transport_object* t = as_transport(self);
-  if (t->closing || t->paused || t->want_read) {
+  if (t->closing || t->paused) {
+    Py_RETURN_NONE;
+  }
+  // asyncio's _add_reader makes a new reader handle each time, with a copy of
+  // the context current then (a copy of the transport's creation context, the
+  // first time): reads run there.
+  if (!copy_current_context(t->read_context)) {
+    return nullptr;
+  }
+  if (t->want_read) {
     Py_RETURN_NONE;
   }
   t->want_read = true;
@@ -499,6 +565,9 @@ PyObject* transport_resume_reading(PyObject* self, PyObject*) {
   transport_object* t = as_transport(self);
   if (t->closing || !t->paused) {
     Py_RETURN_FALSE;
+  }
+  if (!copy_current_context(t->read_context)) {
+    return nullptr;
   }
   t->paused = false;
   t->want_read = true;
@@ -549,6 +618,8 @@ PyObject* transport_release(PyObject* self, PyObject*) {
   clear_chunks(t);
   Py_CLEAR(t->protocol);
   Py_CLEAR(t->empty_waiter);
+  Py_CLEAR(t->read_context);
+  Py_CLEAR(t->write_context);
   Py_CLEAR(t->owner);
   Py_RETURN_NONE;
 }
@@ -562,7 +633,9 @@ PyObject* transport_flush_now(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
-Py_ssize_t transport_len(PyObject* self) { return as_transport(self)->buffered_bytes; }
+Py_ssize_t transport_len(PyObject* self) {
+  return as_transport(self)->buffered_bytes;
+}
 
 // ---------------------------------------------------------------- attributes
 
@@ -626,25 +699,35 @@ PyObject* get_empty_waiter(PyObject* self, void*) {
 }
 
 int set_empty_waiter(PyObject* self, PyObject* value, void*) {
-  Py_XSETREF(as_transport(self)->empty_waiter, value == nullptr || value == Py_None ? nullptr : Py_NewRef(value));
+  Py_XSETREF(as_transport(self)->empty_waiter,
+             value == nullptr || value == Py_None ? nullptr : Py_NewRef(value));
   return 0;
 }
 
-PyObject* get_fd(PyObject* self, void*) { return PyLong_FromLong(as_transport(self)->fd); }
+PyObject* get_fd(PyObject* self, void*) {
+  return PyLong_FromLong(as_transport(self)->fd);
+}
 
 PyMethodDef transport_methods[] = {
     {"write", transport_write, METH_O,
      "write(data): queue bytes; the loop sends them at the end of this pass. Loop thread."},
-    {"writelines", transport_writelines, METH_O, "writelines(iterable of bytes-like): as write() for each."},
+    {"writelines", transport_writelines, METH_O,
+     "writelines(iterable of bytes-like): as write() for each."},
     {"start_reading", transport_start_reading, METH_NOARGS, "Read from epoll into the protocol."},
-    {"pause_reading", transport_pause_reading, METH_NOARGS, "asyncio's pause_reading(); True if it paused."},
-    {"resume_reading", transport_resume_reading, METH_NOARGS, "asyncio's resume_reading(); True if it resumed."},
+    {"pause_reading", transport_pause_reading, METH_NOARGS,
+     "asyncio's pause_reading(); True if it paused."},
+    {"resume_reading", transport_resume_reading, METH_NOARGS,
+     "asyncio's resume_reading(); True if it resumed."},
     {"discard", transport_discard, METH_NOARGS, "Drop the write buffer (abort)."},
-    {"clear", transport_discard, METH_NOARGS, "As discard(); for code that treats this as the buffer."},
-    {"set_protocol", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(transport_set_protocol)),
+    {"clear", transport_discard, METH_NOARGS,
+     "As discard(); for code that treats this as the buffer."},
+    {"set_protocol",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(transport_set_protocol)),
      METH_FASTCALL, "set_protocol(protocol, buffered)."},
-    {"unregister", transport_unregister, METH_NOARGS, "Leave the loop's fd table; before the socket closes."},
-    {"flush", transport_flush_now, METH_NOARGS, "Send what is queued now (one send; a protocol switch)."},
+    {"unregister", transport_unregister, METH_NOARGS,
+     "Leave the loop's fd table; before the socket closes."},
+    {"flush", transport_flush_now, METH_NOARGS,
+     "Send what is queued now (one send; a protocol switch)."},
     {"release", transport_release, METH_NOARGS, "Drop every reference; after connection_lost."},
     {nullptr, nullptr, 0, nullptr},
 };
@@ -652,15 +735,18 @@ PyMethodDef transport_methods[] = {
 PyGetSetDef transport_getsets[] = {
     {"closing", get_bool<&transport_object::closing>, set_closing, nullptr, nullptr},
     {"eof", get_bool<&transport_object::eof>, set_bool<&transport_object::eof>, nullptr, nullptr},
-    {"paused", get_bool<&transport_object::paused>, set_bool<&transport_object::paused>, nullptr, nullptr},
-    {"protocol_paused", get_bool<&transport_object::protocol_paused>, set_bool<&transport_object::protocol_paused>,
-     nullptr, nullptr},
+    {"paused", get_bool<&transport_object::paused>, set_bool<&transport_object::paused>, nullptr,
+     nullptr},
+    {"protocol_paused", get_bool<&transport_object::protocol_paused>,
+     set_bool<&transport_object::protocol_paused>, nullptr, nullptr},
     {"reading", get_bool<&transport_object::want_read>, nullptr, nullptr, nullptr},
     {"writing", get_bool<&transport_object::want_write>, nullptr, nullptr, nullptr},
-    {"conn_lost", get_size<&transport_object::conn_lost>, set_size<&transport_object::conn_lost>, nullptr, nullptr},
-    {"high_water", get_size<&transport_object::high_water>, set_size<&transport_object::high_water>, nullptr,
-     nullptr},
-    {"low_water", get_size<&transport_object::low_water>, set_size<&transport_object::low_water>, nullptr, nullptr},
+    {"conn_lost", get_size<&transport_object::conn_lost>, set_size<&transport_object::conn_lost>,
+     nullptr, nullptr},
+    {"high_water", get_size<&transport_object::high_water>, set_size<&transport_object::high_water>,
+     nullptr, nullptr},
+    {"low_water", get_size<&transport_object::low_water>, set_size<&transport_object::low_water>,
+     nullptr, nullptr},
     {"buffer_size", get_size<&transport_object::buffered_bytes>, nullptr, nullptr, nullptr},
     {"empty_waiter", get_empty_waiter, set_empty_waiter, nullptr, nullptr},
     {"fd", get_fd, nullptr, nullptr, nullptr},
@@ -674,6 +760,8 @@ int transport_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(t->owner);
   Py_VISIT(t->protocol);
   Py_VISIT(t->empty_waiter);
+  Py_VISIT(t->read_context);
+  Py_VISIT(t->write_context);
   return 0;
 }
 
@@ -685,6 +773,8 @@ int transport_clear(PyObject* self) {
   Py_CLEAR(t->owner);
   Py_CLEAR(t->protocol);
   Py_CLEAR(t->empty_waiter);
+  Py_CLEAR(t->read_context);
+  Py_CLEAR(t->write_context);
   return 0;
 }
 
@@ -701,13 +791,16 @@ void transport_dealloc(PyObject* self) {
   Py_CLEAR(t->owner);
   Py_CLEAR(t->protocol);
   Py_CLEAR(t->empty_waiter);
+  Py_CLEAR(t->read_context);
+  Py_CLEAR(t->write_context);
   Py_CLEAR(t->loop);
   tp->tp_free(self);
   Py_DECREF(tp);
 }
 
 PyType_Slot transport_slots[] = {
-    {Py_tp_doc, const_cast<char*>("The C++ half of a cadeloop socket transport; made by cadeloop.Loop.")},
+    {Py_tp_doc,
+     const_cast<char*>("The C++ half of a cadeloop socket transport; made by cadeloop.Loop.")},
     {Py_tp_dealloc, reinterpret_cast<void*>(transport_dealloc)},
     {Py_tp_traverse, reinterpret_cast<void*>(transport_traverse)},
     {Py_tp_clear, reinterpret_cast<void*>(transport_clear)},
@@ -753,6 +846,8 @@ PyObject* new_transport(PyObject* loop, PyObject* owner, int fd) {
   t->owner = Py_NewRef(owner);
   t->protocol = nullptr;
   t->empty_waiter = nullptr;
+  t->read_context = nullptr;
+  t->write_context = nullptr;
   t->fd = fd;
   t->flushed_tick = 0;
   t->buffered = false;
@@ -780,8 +875,8 @@ PyObject* new_transport(PyObject* loop, PyObject* owner, int fd) {
   if (!st.released) {
     fd_entry& e = st.fds[i];
     if (e.transport != nullptr) {
-    // A transport whose socket was closed without connection_lost (its fd
-    // number is being reused): it no longer owns the fd.
+      // A transport whose socket was closed without connection_lost (its fd
+      // number is being reused): it no longer owns the fd.
       auto* stale = as_transport(e.transport);
       stale->attached = false;
       stale->want_read = false;
@@ -801,7 +896,7 @@ int transport_run_ready(loop_state& st, transport_object* t) {
   const std::uint32_t events = std::exchange(t->pending, 0);
   if ((events & EPOLLIN) != 0 && t->want_read && t->conn_lost == 0) {
     ++st.callbacks_dispatched;
-    if (do_read(st, t) < 0) {
+    if (run_in(t->read_context, [&] { return do_read(st, t); }) < 0) {
       return -1;
     }
   }
@@ -827,8 +922,10 @@ int flush_transports(loop_state& st) {
   }
   // Emptied under us (the loop was released by the Python code a flush ran).
   i = std::min(i, st.flush_list.size());
-  std::vector<PyObject*> done(st.flush_list.begin(), st.flush_list.begin() + static_cast<std::ptrdiff_t>(i));
-  st.flush_list.erase(st.flush_list.begin(), st.flush_list.begin() + static_cast<std::ptrdiff_t>(i));
+  std::vector<PyObject*> done(st.flush_list.begin(),
+                              st.flush_list.begin() + static_cast<std::ptrdiff_t>(i));
+  st.flush_list.erase(st.flush_list.begin(),
+                      st.flush_list.begin() + static_cast<std::ptrdiff_t>(i));
   for (PyObject* o : done) {
     Py_DECREF(o);
   }

@@ -5,8 +5,10 @@ Keys are fnmatch patterns over "<Class>.<test_method>" within a module.
 
 from __future__ import annotations
 
-# The test_asyncio modules that exercise an event loop (the Windows-only and
-# proactor modules are left out: cadeloop is Linux-only).
+# The test_asyncio modules that exercise an event loop (the Windows-only
+# modules are left out: cadeloop is Linux-only). test_proactor_events runs
+# for its portable part (the proactor transports over a mock proactor), which
+# also creates event loops through asyncio's policy.
 DEFAULT_MODULES = [
     "test_base_events",
     "test_buffered_proto",
@@ -16,6 +18,7 @@ DEFAULT_MODULES = [
     "test_futures2",
     "test_locks",
     "test_pep492",
+    "test_proactor_events",
     "test_protocols",
     "test_queues",
     "test_runners",

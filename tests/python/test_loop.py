@@ -36,6 +36,37 @@ def test_loop_is_an_asyncio_event_loop_with_a_cpp_core(loop: cadeloop.Loop) -> N
     assert not loop.is_running() and not loop.is_closed()
 
 
+def test_run_forever_runs_its_passes_in_cpp_on_every_python(loop: cadeloop.Loop) -> None:
+    # asyncio's run_forever calls self._run_once() once per pass; cadeloop's
+    # (3.11 included) runs its passes in C++ and never looks the method up.
+    looked_up: list[int] = []
+
+    def run_once() -> None:
+        looked_up.append(1)
+        _core.LoopCore._run_once(loop)
+
+    loop._run_once = run_once  # type: ignore[method-assign]
+    seen: list[Any] = []
+
+    async def agen() -> Any:
+        yield 1
+
+    async def work() -> None:
+        seen.append(asyncio.get_running_loop() is loop)
+        gen = agen()
+        await gen.__anext__()
+        seen.append(gen in loop._asyncgens)  # the loop's asyncgen hooks are installed
+        await gen.aclose()
+        loop.stop()
+
+    loop.create_task(work())
+    loop.run_forever()
+    assert looked_up == []
+    assert seen == [True, True]
+    assert not loop.is_running() and asyncio.events._get_running_loop() is None
+    loop.run_until_complete(asyncio.sleep(0))  # stop() was reset: runs again
+
+
 def test_run_until_complete_stop_and_close() -> None:
     loop = cadeloop.Loop()
 
