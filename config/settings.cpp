@@ -364,6 +364,36 @@ std::string format_value(const setting& s, const value& v) {
   return "";
 }
 
+namespace {
+
+/// `text` as a TOML basic string: TOML has \n and \t but no \x escape
+/// (the headers setting holds lines).
+std::string toml_quote(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      constexpr std::string_view hex = "0123456789abcdef";
+      out += "\\u00";
+      out += hex[u >> 4U];
+      out += hex[u & 0xfU];
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace
+
 std::string format_toml(const setting& s, const value& v) {
   if (std::holds_alternative<std::monostate>(v)) {
     return "\"none\"";
@@ -378,7 +408,7 @@ std::string format_toml(const setting& s, const value& v) {
       return text.back() == 'B' ? quote(text) : text;
     }
     default:
-      return quote(format_value(s, v));
+      return toml_quote(format_value(s, v));
   }
 }
 
@@ -560,8 +590,30 @@ std::vector<assignment> read_environment(
   return out;
 }
 
+namespace {
+
+/// Whether `flag` is one of the space-separated `aliases`.
+bool is_alias(std::string_view aliases, std::string_view flag) {
+  while (!aliases.empty()) {
+    const std::size_t end = std::min(aliases.find(' '), aliases.size());
+    if (aliases.substr(0, end) == flag) {
+      return true;
+    }
+    aliases.remove_prefix(std::min(end + 1, aliases.size()));
+  }
+  return false;
+}
+
+}  // namespace
+
 assignment read_flag(std::string_view flag, std::string_view text) {
   for (const setting& s : settings()) {
+    if (!s.off_flag.empty() && flag == s.off_flag) {
+      return {&s, std::string(), "flag " + std::string(flag)};
+    }
+    if (is_alias(s.flag_aliases, flag)) {
+      return {&s, parse_text(s, text, flag), "flag " + std::string(flag)};
+    }
     const std::string name = flag_name(s);
     if (s.type == kind::boolean && flag == "--no-" + name.substr(2)) {
       return {&s, false, "flag " + std::string(flag)};
@@ -577,6 +629,10 @@ assignment read_flag(std::string_view flag, std::string_view text) {
   std::vector<std::string> flags = names_as(flag_name);
   for (std::string& f : flags) {
     f.erase(0, 2);
+  }
+  if (const std::string_view hint = foreign_flag_hint(flag); !hint.empty()) {
+    throw setting_error(error_kind::unknown_name,
+                        "unknown flag " + quote(flag) + " (" + std::string(hint) + ")");
   }
   const std::string_view bare = flag.starts_with("--") ? flag.substr(2) : flag;
   const std::string near = nearest(bare, flags);

@@ -500,6 +500,7 @@ encode_status response_encoder::write_head(const response_head& head, std::strin
   if (!options_.server.empty() && !app_server) {
     append_header(out, "Server", options_.server);
   }
+  out.append(options_.extra_headers);
   out.append(crlf);
 
   keep_alive_ = keep;

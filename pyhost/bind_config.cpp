@@ -5,6 +5,7 @@
 // own namespace, looked up when raised, so each interpreter has its own).
 #include <Python.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -103,6 +104,15 @@ py::list table() {
     row["section"] = std::string(s.section);
     row["doc"] = std::string(s.doc);
     row["flag"] = cfg::flag_name(s);
+    py::list aliases;
+    for (std::string_view rest = s.flag_aliases; !rest.empty();) {
+      const std::size_t end = std::min(rest.find(' '), rest.size());
+      aliases.append(py::str(std::string(rest.substr(0, end))));
+      rest.remove_prefix(std::min(end + 1, rest.size()));
+    }
+    row["aliases"] = aliases;
+    row["off_flag"] =
+        s.off_flag.empty() ? py::object(py::none()) : py::str(std::string(s.off_flag));
     out.append(row);
   }
   return out;

@@ -71,6 +71,10 @@ void each_binding(Settings& s, Bind&& bind) {
   bind(setting_id::root_path, "app.root_path", s.app.root_path);
   bind(setting_id::server_header, "app.server_header", s.app.server_header);
   bind(setting_id::send_high_mark, "app.send_high_mark", s.app.send_high_mark);
+  bind(setting_id::proxy_headers, "app.proxy_headers", s.app.proxy_headers);
+  bind(setting_id::forwarded_allow_ips, "app.forwarded_allow_ips", s.app.forwarded_allow_ips);
+  bind(setting_id::date_header, "app.date_header", s.app.date_header);
+  bind(setting_id::headers, "app.headers", s.app.headers);
   bind(setting_id::uds, "app.unix_path", text_or_none{s.app.unix_path});
   // ---- where the pair listens
   bind(setting_id::host, "pair.listen.host", listen.host);

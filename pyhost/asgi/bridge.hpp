@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "asgi/proxy_headers.hpp"
 #include "loop/loop_source.hpp"
 
 namespace cadeloop::pyhost::server {
@@ -127,6 +128,9 @@ struct bridge_options {
   std::string root_path;
   std::string unix_path;  ///< for scope["server"] of a Unix socket listener
   std::string server_header = "cadeloop";
+  bool date_header = true;    ///< the app's responses get a Date header
+  std::string extra_headers;  ///< "Name: value\r\n" lines added to every app response
+  proxy_trust proxy;  ///< peers whose proxy headers set client and scheme (proxy_headers.hpp)
 };
 
 /// Counters of the app side. Loop thread.

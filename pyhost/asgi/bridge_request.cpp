@@ -107,8 +107,9 @@ void bridge::on_request(runtime::inbound_message& m) {
   PyObject_GC_Track(reinterpret_cast<PyObject*>(r));
   try {
     r->body = new std::deque<net::byte_buffer>();
-    r->encoder =
-        new http::response_encoder(dates_, http::encoder_options{options_.server_header, true});
+    r->encoder = new http::response_encoder(
+        dates_, http::encoder_options{options_.server_header, options_.date_header,
+                                      options_.extra_headers});
     r->encoder->start(r->ctx);
     cs.active.push_back(r);  // the connection's reference
   } catch (const std::bad_alloc&) {
@@ -283,6 +284,12 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
     path = PyUnicode_DecodeUTF8(path_scratch_.data(), static_cast<Py_ssize_t>(path_scratch_.size()),
                                 "replace");
   }
+  if (!options_.root_path.empty() && path != nullptr) {
+    // ASGI (and uvicorn 0.26+): path starts with root_path; raw_path stays as received.
+    PyObject* full = PyUnicode_Concat(PyDict_GetItem(scope_template_, n_.root_path), path);
+    Py_DECREF(path);
+    path = full;
+  }
   const std::string_view query = head.query();
   if (cs.client == nullptr) {
     cs.client = address_tuple(m.info.client, false);
@@ -302,7 +309,8 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
                   put(n_.headers, build_headers(head)) && put(n_.client, Py_XNewRef(cs.client)) &&
                   put(n_.server, Py_XNewRef(last_server_)) &&
                   (state_ == nullptr || put(n_.state, PyDict_Copy(state_)));
-  if (!ok) {
+  if (!ok ||
+      !apply_forwarded(scope, n_.client, n_.scheme, options_.proxy, m.info.client, head, false)) {
     Py_DECREF(scope);
     return nullptr;
   }
@@ -350,7 +358,8 @@ void bridge::app_error(request_object* r, const char* what, PyObject* exc) {
   try {
     if (!r->head_written) {
       scratch_.clear();
-      http::encoder_options eo{options_.server_header, true};
+      http::encoder_options eo{options_.server_header, options_.date_header,
+                               options_.extra_headers};
       (void)http::encode_error_response(500, "Internal Server Error\n", dates_, scratch_, eo, {},
                                         r->ctx.is_head);
       runtime::send_options o;

@@ -290,6 +290,22 @@ class server_core {
     b.root_path = std::move(settings.app.root_path);
     b.unix_path = std::move(settings.app.unix_path);
     b.server_header = std::move(settings.app.server_header);
+    b.date_header = settings.app.date_header;
+    for (std::string_view rest = settings.app.headers; !rest.empty();) {
+      const std::size_t end = std::min(rest.find('\n'), rest.size());
+      if (end != 0) {
+        b.extra_headers.append(rest.substr(0, end)).append("\r\n");  // lines checked by Config
+      }
+      rest.remove_prefix(std::min(end + 1, rest.size()));
+    }
+    if (settings.app.proxy_headers) {
+      std::string problem;
+      auto trust = server::proxy_trust::parse(settings.app.forwarded_allow_ips, problem);
+      if (!trust) {
+        throw py::value_error("forwarded_allow_ips: " + problem);
+      }
+      b.proxy = std::move(*trust);
+    }
     py::module_ core = py::module_::import("cadeloop._core");
     py::object request_type = core.attr("Request");
     py::object ready_type = core.attr("Ready");
@@ -451,6 +467,15 @@ void register_server(py::module_& m) {
         "For tests: the options ServerCore would build from `options` (a core_options() dict), as "
         "(setting, option field, value read back in the setting's terms) for every field a setting "
         "fills. Raises SettingError.");
+  m.def(
+      "check_forwarded_allow_ips",
+      [](const std::string& list) {
+        std::string problem;
+        (void)server::proxy_trust::parse(list, problem);
+        return problem;
+      },
+      py::arg("list"),
+      "Why a forwarded_allow_ips value is refused, or \"\" when it is good. Any thread.");
   m.def("check_access_log_format", &net::check_access_log_format, py::arg("format"),
         "'' if the access-log format is valid, else one line naming the problem. Any thread.");
   m.def(

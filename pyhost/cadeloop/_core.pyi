@@ -207,6 +207,8 @@ def latency_bucket_bounds_us() -> list[float]:
     """Exclusive upper bound (µs) of each latency bucket; the last is inf."""
 def flush_access_logs(timeout: float = 5.0) -> bool:
     """Waits until every access-log line queued in this process is written; call before exiting."""
+def check_forwarded_allow_ips(list: str) -> str:
+    """'' if a forwarded_allow_ips value is good, else why an entry is refused."""
 def check_access_log_format(format: str) -> str:
     """'' if the access-log format is valid, else one line naming the problem."""
 def core_options(values: dict[str, Any]) -> dict[str, Any]:

@@ -402,8 +402,8 @@ class PairServer:
         loop._cadeloop_server_core = core  # loop.stats()["pair"]
         try:
             if self.pair is None:
-                scheme = "http+unix" if config.uds else "http"
-                logger.info("listening on %s://%s (1 core pair, pid %d)", scheme, core.description, os.getpid())
+                # "http://unix:/run/app.sock" for a Unix socket, as uvicorn and curl --unix-socket users read it.
+                logger.info("listening on http://%s (1 core pair, pid %d)", core.description, os.getpid())
             else:
                 logger.info("serving on %s (pid %d)", self.pair_address(core.description), os.getpid())
             if self.on_listening is not None:

@@ -18,6 +18,7 @@ from typing import Any, NoReturn, Sequence
 
 from . import _core
 from ._log import apply_log_level, configure_logging
+from ._dropin import apply_log_config, load_env_file
 from .config import SETTINGS, SettingError, format_config, reference, resolve
 from .server import AppLoadError, Server, StartupError, load_app
 
@@ -97,12 +98,56 @@ def build_parser() -> argparse.ArgumentParser:
             notes.append(f"none: {row['none_means']}")
         text = f"{row['doc']} ({'; '.join(notes)})".replace("%", "%%")
         if row["kind"] == "bool":
-            group.add_argument(row["flag"], "--no-" + row["flag"][2:], dest="setting_flags", nargs=0,
-                               action=_SettingFlag, help=text)
+            group.add_argument(row["flag"], "--no-" + row["flag"][2:], *row["aliases"], dest="setting_flags",
+                               nargs=0, action=_SettingFlag, help=text)
             continue
         metavar = "{" + ",".join(row["choices"]) + "}" if row["choices"] else _METAVARS[row["kind"]]
-        group.add_argument(row["flag"], dest="setting_flags", action=_SettingFlag, metavar=metavar, help=text)
+        group.add_argument(row["flag"], *row["aliases"], dest="setting_flags", action=_SettingFlag, metavar=metavar,
+                           help=text)
+        if row["off_flag"]:
+            group.add_argument(row["off_flag"], dest="setting_flags", nargs=0, action=_SettingFlag,
+                               help=f"same as {row['flag']} \"\"")
     return parser
+
+
+#: Settings whose flag may be repeated, each time adding a line (uvicorn's --header).
+REPEATABLE = ("headers",)
+
+
+def merge_repeated(flags: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The flags with every repeat of a REPEATABLE setting's flag (or alias) joined into one, by lines."""
+    names = {SETTINGS[n]["flag"]: n for n in REPEATABLE}
+    names.update({a: n for n in REPEATABLE for a in SETTINGS[n]["aliases"]})
+    out: list[tuple[str, str]] = []
+    joined: dict[str, int] = {}
+    for flag, text in flags:
+        name = names.get(flag)
+        if name is None:
+            out.append((flag, text))
+        elif name in joined:
+            prev_flag, prev = out[joined[name]]
+            out[joined[name]] = (prev_flag, prev + "\n" + text)
+        else:
+            joined[name] = len(out)
+            out.append((flag, text))
+    return out
+
+
+def parse_settings(argv: Sequence[str], environ: dict[str, str] | None = None) -> Any:
+    """`cadeloop ARGV` read as far as the resolved settings, nothing started: a `Resolved`.
+
+    For tests and the migration guide's check. Raises SettingError, or
+    SystemExit(2) for a command line argparse refuses.
+    """
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        unknown = next((a for a in extra if a.startswith("-")), None)
+        if unknown is not None:
+            resolve(flags=[(unknown.partition("=")[0], "")])
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return resolve(file=args.config, environ=environ, flags=merge_repeated(args.setting_flags or ()),
+                   arguments={"app": args.app} if args.app else None, arguments_origin="argument APP")
 
 
 def _fail(line: str) -> int:
@@ -129,9 +174,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(reference())
         return 0
 
+    flags = merge_repeated(args.setting_flags or ())
+    arguments = {"app": args.app} if args.app else None
     try:
-        resolved = resolve(file=args.config, environ=os.environ, flags=args.setting_flags or (),
-                           arguments={"app": args.app} if args.app else None, arguments_origin="argument APP")
+        resolved = resolve(file=args.config, environ=os.environ, flags=flags, arguments=arguments,
+                           arguments_origin="argument APP")
+        if resolved.config.env_file:
+            # Before the app is imported; its CADELOOP_* variables count too, so the settings are read again.
+            load_env_file(resolved.config.env_file)
+            resolved = resolve(file=args.config, environ=os.environ, flags=flags, arguments=arguments,
+                               arguments_origin="argument APP")
+        if resolved.config.log_config and not args.print_config:
+            apply_log_config(resolved.config.log_config)
     except SettingError as exc:
         return _fail(str(exc))
     if args.print_config:

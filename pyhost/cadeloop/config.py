@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 from . import _core
 
 __all__ = [
-    "Config", "Resolved", "SettingError", "SETTINGS", "ENV_PREFIX", "resolve", "format_config", "reference",
+    "Config", "Resolved", "SettingError", "SETTINGS", "ENV_PREFIX", "resolve", "format_config", "reference", "stub",
 ]
 
 SettingError = _core.SettingError
@@ -34,6 +34,8 @@ SETTINGS: dict[str, dict[str, Any]] = {row["name"]: row for row in _core.setting
 #: The default prefix of the environment variables; CADELOOP_CONFIG names a TOML file.
 ENV_PREFIX = "CADELOOP_"
 CONFIG_VARIABLE = "CONFIG"
+#: uvicorn's variable for forwarded_allow_ips, read when no other source sets it.
+UVICORN_TRUST_VARIABLE = "FORWARDED_ALLOW_IPS"
 
 _FIELD_TYPES: dict[str, Any] = {
     "int": int, "size": int, "duration": float, "float": float, "bool": bool, "str": str, "choice": str,
@@ -51,6 +53,44 @@ def _field(row: dict[str, Any]) -> tuple[str, Any, Any]:
     return row["name"], kind, dataclasses.field(default=row["default"])
 
 
+def _header_lines(value: Any) -> str:
+    """The `headers` setting as "Name: value" lines from "Name:Value" text or (name, value) pairs.
+
+    Raises SettingError for a line without a colon, a name that is not an
+    HTTP token, or a value with a control character.
+    """
+    if isinstance(value, str):
+        items: list[Any] = [line for line in value.splitlines() if line.strip()]
+    else:
+        items = list(value)
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            name, colon, text = item.partition(":")
+            if not colon:
+                raise SettingError(f"headers: expected NAME:VALUE, got {item!r}")
+        else:
+            name, text = item
+            name = name.decode("latin-1") if isinstance(name, bytes) else str(name)
+            text = text.decode("latin-1") if isinstance(text, bytes) else str(text)
+        name, text = name.strip(), text.strip()
+        if not name or any(c in "()<>@,;:\\\"/[]?={} \t" or not 32 < ord(c) < 127 for c in name):
+            raise SettingError(f"headers: {name!r} is not a header name")
+        if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in text):
+            raise SettingError(f"headers: the value of {name} has a control character")
+        out.append(f"{name}: {text}")
+    return "\n".join(out)
+
+
+def _check_forwarded(value: Any) -> str:
+    """forwarded_allow_ips as one comma list (a list of entries is joined); SettingError for a bad entry."""
+    text = value if isinstance(value, str) else ",".join(str(v) for v in value)
+    problem = _core.check_forwarded_allow_ips(text)
+    if problem:
+        raise SettingError(f"forwarded_allow_ips: {problem}")
+    return text
+
+
 class _ConfigMethods:
     """What Config does besides holding the table's values (its fields come from the table)."""
 
@@ -62,6 +102,10 @@ class _ConfigMethods:
             value = getattr(self, f.name)
             if f.name == "app" and value is not None and not isinstance(value, str):
                 continue  # an ASGI app object given to serve()
+            if f.name == "headers":
+                value = _header_lines(value)  # also [(name, value), ...] as uvicorn's Config takes
+            elif f.name == "forwarded_allow_ips":
+                value = _check_forwarded(value)  # also a list, as uvicorn's Config takes
             setattr(self, f.name, _core.check_setting(f.name, value))
 
     def check(self) -> None:
@@ -175,7 +219,20 @@ def resolve(
     if app_object is not None:
         values["app"] = app_object
         origins["app"] = arguments_origin
-    config = Config(**values)
+    if environ is not None and origins["forwarded_allow_ips"] == "default" and UVICORN_TRUST_VARIABLE in environ:
+        # uvicorn's variable, read when no other source set the list (as uvicorn reads it).
+        values["forwarded_allow_ips"] = environ[UVICORN_TRUST_VARIABLE]
+        origins["forwarded_allow_ips"] = f"env {UVICORN_TRUST_VARIABLE}"
+    try:
+        config = Config(**values)
+    except SettingError as exc:
+        # Checks made by Config (forwarded_allow_ips, headers, ...) name the setting; add where it came from.
+        name = str(exc).partition(":")[0]
+        origin = origins.get(name, "default")
+        if origin == "default":
+            raise
+        where = origin.partition(" ")[2] if origin.startswith(("flag ", "env ")) else origin
+        raise SettingError(f"{where}: {exc}") from None
     return Resolved(config, origins, None if file is None else os.fspath(file))
 
 
@@ -300,3 +357,79 @@ def reference() -> str:
         out.append(f"| {names} | {_cell(kind)} | {_cell(default_cell)} | {bounds} | {_cell(row['doc'])} |")
     out.append("")
     return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- the typing stub
+
+_STUB_TYPES = {"int": "int", "size": "int | str", "duration": "float | str", "float": "float", "bool": "bool",
+               "str": "str", "choice": "str"}
+
+
+def stub() -> str:
+    """pyhost/cadeloop/config.pyi, generated from the table so editors see every setting of Config."""
+    fields = []
+    params = []
+    for name, row in SETTINGS.items():
+        if name == "app":
+            kind = "Any"
+        elif name == "headers":
+            kind = "str | Sequence[tuple[str | bytes, str | bytes]]"
+        elif name == "forwarded_allow_ips":
+            kind = "str | Sequence[str]"
+        else:
+            kind = _STUB_TYPES[row["kind"]] + (" | None" if row["nullable"] else "")
+        default = "None" if row["default"] is None else repr(row["default"])
+        fields.append(f"    {name}: {kind}  # {row['doc']}")
+        params.append(f"        {name}: {kind} = {default},")
+    return "\n".join([
+        "# Generated from the settings table by cadeloop.config.stub() (scripts/gen-config-doc). Do not edit.",
+        "import dataclasses",
+        "import os",
+        "from typing import Any, Iterable, Mapping, Sequence",
+        "",
+        "from . import _core",
+        "",
+        "__all__: list[str]",
+        "SettingError = _core.SettingError",
+        "SETTINGS: dict[str, dict[str, Any]]",
+        "ENV_PREFIX: str",
+        "CONFIG_VARIABLE: str",
+        "UVICORN_TRUST_VARIABLE: str",
+        "",
+        "class Config:",
+        '    """Every server setting; the fields are the table\'s rows (docs/configuration.md)."""',
+        *fields,
+        "    def __init__(",
+        "        self,",
+        *params,
+        "    ) -> None: ...",
+        "    def check(self) -> None: ...",
+        "    def table_values(self) -> dict[str, Any]: ...",
+        "    def core_options(self) -> dict[str, Any]: ...",
+        "    def describe_listen(self) -> str: ...",
+        "    @classmethod",
+        "    def from_env(cls, prefix: str = ..., environ: Mapping[str, str] | None = ...) -> Config: ...",
+        "    @classmethod",
+        "    def from_toml(cls, path: str | os.PathLike[str]) -> Config: ...",
+        "",
+        "@dataclasses.dataclass(frozen=True)",
+        "class Resolved:",
+        "    config: Config",
+        "    origins: dict[str, str]",
+        "    file: str | None = ...",
+        "",
+        "def resolve(",
+        "    *,",
+        "    file: str | os.PathLike[str] | None = ...,",
+        "    environ: Mapping[str, str] | None = ...,",
+        "    prefix: str = ...,",
+        "    flags: Iterable[tuple[str, str]] = ...,",
+        "    arguments: Mapping[str, Any] | None = ...,",
+        "    arguments_origin: str = ...,",
+        "    use_config_variable: bool = ...,",
+        ") -> Resolved: ...",
+        "def format_config(resolved: Resolved) -> str: ...",
+        "def reference() -> str: ...",
+        "def stub() -> str: ...",
+        "",
+    ])

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import _core
 from ._cpus import pin_sets, resolve_cores
+from ._dropin import apply_log_config, load_env_file
 from ._errors import AppLoadError, ClientDisconnected, StartupError
 from ._host import SERVING_PROCESSES, HostSupervisor, split_pairs
 from ._limits import raise_fd_limit
@@ -147,6 +148,11 @@ def serve(app: Any, host: str | None = None, port: int | None = None, **settings
     if port is not None:
         arguments["port"] = port
     config = resolve(environ=os.environ, arguments=arguments).config
+    if config.env_file:  # its CADELOOP_* variables count too: read the settings again
+        load_env_file(config.env_file)
+        config = resolve(environ=os.environ, arguments=arguments).config
+    if config.log_config:
+        apply_log_config(config.log_config)
     configure_logging()
     asgi_app = load_app(config.app, config.app_dir, config.factory)
     server = Server(asgi_app, config)

@@ -68,7 +68,7 @@ def test_scope(client: httpx.Client, server: ServerProcess) -> None:
     assert s["http_version"] == "1.1"
     assert s["method"] == "GET"
     assert s["scheme"] == "http"
-    assert s["path"] == "/scope/café x"
+    assert s["path"] == "/api/scope/café x"  # root_path included (issue 14: ASGI, uvicorn 0.26+)
     assert s["raw_path"] == "/scope/caf%C3%A9%20x"
     assert s["query_string"] == "a=1&b=+"
     assert s["root_path"] == "/api"

@@ -39,6 +39,8 @@ NOT_FOR_THE_PAIR = {
     "stats_host": "the stats endpoint (cadeloop._stats)",
     "stats_json_on_exit": "the server writes the counters at exit",
     "spin_us": "the app thread's loop (cadeloop.Loop(spin_us=...))",
+    "env_file": "the command line and serve() load it before the settings are read (cadeloop._dropin)",
+    "log_config": "Python logging, configured before the app is imported (cadeloop._dropin)",
 }
 
 #: Values a generic choice would not make valid or telling.
@@ -47,6 +49,9 @@ CHOSEN = {
     "host": "127.0.0.2",
     "stats_host": "127.0.0.3",
     "access_log_format": "json",
+    "forwarded_allow_ips": "10.0.0.0/8",
+    "headers": "X-Test: 1",
+    "env_file": os.devnull,  # the command line reads it
 }
 
 

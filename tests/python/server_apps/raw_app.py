@@ -40,7 +40,8 @@ async def lifespan(scope, receive, send):
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         return await lifespan(scope, receive, send)
-    path = scope["path"]
+    # Routes within the mount, as Starlette does: path starts with root_path (ASGI, uvicorn 0.26+).
+    path = scope["path"].removeprefix(scope.get("root_path", ""))
     q = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
     if path == "/hello":
         return await respond(send, body=b"Hello, World!")

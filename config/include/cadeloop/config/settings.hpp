@@ -71,6 +71,13 @@ struct setting {
   std::string_view section{};
   /// One line of doc for the reference and `--help`.
   std::string_view doc{};
+  /// Other spellings of the flag, space-separated, taking the same argument:
+  /// the names uvicorn users type ("--workers" for cores). Flags only: the
+  /// TOML key and the variable keep the setting's name.
+  std::string_view flag_aliases{};
+  /// A flag that takes no argument and sets a string setting to ""
+  /// ("--no-server-header"), or "".
+  std::string_view off_flag{};
 };
 
 /// One setting, by the name its row in table.def gives it: `setting_id::max_body`.
@@ -218,6 +225,11 @@ std::vector<assignment> read_environment(
 /// flag given without text ("--access-log") is true; "--no-access-log" is
 /// false whatever the text.
 assignment read_flag(std::string_view flag, std::string_view text);
+
+/// For a flag of another ASGI server (uvicorn, granian, hypercorn) that is
+/// not cadeloop's: which server has it and cadeloop's equivalent or why
+/// there is none ("uvicorn's; cadeloop's is --cores"), else "".
+std::string_view foreign_flag_hint(std::string_view flag) noexcept;
 
 /// A setting's final value and where it came from ("default" when no source set it).
 struct resolved_setting {

@@ -72,6 +72,9 @@ struct request_context {
 struct encoder_options {
   std::string_view server = "cadeloop";  ///< `Server` header value; empty sends none
   bool send_date = true;                 ///< add `Date` unless the app set one
+  /// Header lines added to every response head the encoder writes for an app,
+  /// already formatted ("X-Frame-Options: DENY\r\n..."; the `headers` setting).
+  std::string_view extra_headers{};
 };
 
 /// The response head an app asked for. The views must stay valid for the call only.

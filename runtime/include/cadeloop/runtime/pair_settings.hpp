@@ -33,6 +33,14 @@ struct app_options {
   std::string root_path;
   /// The `Server` header of the app's responses ("" for none).
   std::string server_header = "cadeloop";
+  /// Whether proxy headers are read at all (proxy_headers).
+  bool proxy_headers = true;
+  /// The peers trusted with proxy headers, as written (forwarded_allow_ips).
+  std::string forwarded_allow_ips = "127.0.0.1";
+  /// Whether the app's responses get a Date header (date_header).
+  bool date_header = true;
+  /// Headers added to every app response, "Name: value" lines (headers).
+  std::string headers;
   /// The Unix socket path of scope["server"] ("" when the pair listens on TCP or an fd).
   std::string unix_path;
 };

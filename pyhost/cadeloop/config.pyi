@@ -1,0 +1,135 @@
+# Generated from the settings table by cadeloop.config.stub() (scripts/gen-config-doc). Do not edit.
+import dataclasses
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import _core
+
+__all__: list[str]
+SettingError = _core.SettingError
+SETTINGS: dict[str, dict[str, Any]]
+ENV_PREFIX: str
+CONFIG_VARIABLE: str
+UVICORN_TRUST_VARIABLE: str
+
+class Config:
+    """Every server setting; the fields are the table's rows (docs/configuration.md)."""
+    app: Any  # the ASGI app as module:attribute, e.g. "main:app"
+    app_dir: str | None  # directory the app is imported from
+    factory: bool  # the app is a factory: call it to get the ASGI app
+    root_path: str  # the ASGI root_path (the mount point behind a proxy); scope path starts with it
+    proxy_headers: bool  # take the client address and scheme from X-Forwarded-For/-Proto or Forwarded when the peer is in forwarded_allow_ips
+    forwarded_allow_ips: str | Sequence[str]  # peers trusted with proxy headers: comma-separated addresses and networks (10.0.0.0/8), "unix" for a Unix-socket peer, or "*" for any (also read from FORWARDED_ALLOW_IPS)
+    env_file: str | None  # KEY=VALUE lines put into the environment (unless already set) before settings are read and the app is imported
+    lifespan: str  # ASGI lifespan protocol: auto (use it if the app supports it), on (required), off
+    server_header: str  # value of the Server response header ("" for none)
+    date_header: bool  # add a Date header to the app's responses that have none
+    headers: str | Sequence[tuple[str | bytes, str | bytes]]  # response headers added to every app response, one "Name: value" per line (--header NAME:VALUE, repeatable)
+    host: str  # address to listen on
+    port: int  # TCP port to listen on, 0 for any free port
+    uds: str | None  # listen on this Unix socket path instead of host:port
+    fd: int | None  # serve an inherited listening socket (systemd socket activation)
+    backlog: int  # listen(2) backlog
+    cores: int  # core pairs to run; 0 for one per usable CPU
+    isolation: str  # where each pair's interpreter lives: auto, subinterpreters (own GIL, 3.12+) or processes
+    pin: bool  # tie each pair's two threads to one CPU set
+    max_body: int | str | None  # largest request body (413 above)
+    max_url: int | str  # longest request target (414 above)
+    max_header_bytes: int | str  # largest request head (431 above)
+    max_headers: int  # most header fields in a request (431 above)
+    max_pipelined: int  # requests in flight per connection (pipelining)
+    max_connections: int  # open connections above which accepting pauses
+    max_requests_in_flight: int  # requests in flight (all connections) above which accepting pauses
+    request_line_timeout: float | str  # time for a request head to arrive (408 after)
+    keepalive_idle: float | str  # how long an idle keep-alive connection is kept
+    linger_timeout: float | str  # how long a closing connection is read (and discarded) after its last response, so the client reads the answer before a reset
+    grace: float | str  # time in-flight requests get to finish after SIGTERM/SIGINT
+    body_window: int | str  # request body bytes handed to the app and not yet read before reading pauses
+    send_high_mark: int | str  # response bytes per connection after which send() waits for the client
+    drain_low_mark: int | str  # unsent response bytes per connection at or below which a waiting send() resumes
+    log_level: str  # least severe server log message shown
+    log_config: str | None  # logging configuration file as uvicorn reads it: dictConfig .json or .yaml/.yml (needs PyYAML), else fileConfig .ini
+    access_log: bool  # write one access log line per response
+    access_log_format: str  # access log line format: "default", "json", or a template
+    access_log_file: str | None  # file the access log is appended to
+    access_log_queue: int  # access log lines queued per process before lines are dropped (and counted)
+    stats_port: int | None  # port of the stats endpoint (/stats, /metrics, /healthz, /readyz)
+    stats_host: str  # address the stats endpoint listens on
+    stats_json_on_exit: str | None  # file the counters are written to as JSON at exit (and on SIGUSR1)
+    io_spin_us: int  # how long the I/O thread spins before it sleeps
+    spin_us: int  # how long the app loop spins before it sleeps
+    def __init__(
+        self,
+        app: Any = None,
+        app_dir: str | None = None,
+        factory: bool = False,
+        root_path: str = '',
+        proxy_headers: bool = True,
+        forwarded_allow_ips: str | Sequence[str] = '127.0.0.1',
+        env_file: str | None = None,
+        lifespan: str = 'auto',
+        server_header: str = 'cadeloop',
+        date_header: bool = True,
+        headers: str | Sequence[tuple[str | bytes, str | bytes]] = '',
+        host: str = '127.0.0.1',
+        port: int = 8000,
+        uds: str | None = None,
+        fd: int | None = None,
+        backlog: int = 1024,
+        cores: int = 1,
+        isolation: str = 'auto',
+        pin: bool = False,
+        max_body: int | str | None = 1073741824,
+        max_url: int | str = 8192,
+        max_header_bytes: int | str = 65536,
+        max_headers: int = 100,
+        max_pipelined: int = 16,
+        max_connections: int = 10000,
+        max_requests_in_flight: int = 4096,
+        request_line_timeout: float | str = 10.0,
+        keepalive_idle: float | str = 5.0,
+        linger_timeout: float | str = 2.0,
+        grace: float | str = 30.0,
+        body_window: int | str = 262144,
+        send_high_mark: int | str = 1048576,
+        drain_low_mark: int | str = 65536,
+        log_level: str = 'info',
+        log_config: str | None = None,
+        access_log: bool = False,
+        access_log_format: str = 'default',
+        access_log_file: str | None = None,
+        access_log_queue: int = 8192,
+        stats_port: int | None = None,
+        stats_host: str = '127.0.0.1',
+        stats_json_on_exit: str | None = None,
+        io_spin_us: int = 0,
+        spin_us: int = 0,
+    ) -> None: ...
+    def check(self) -> None: ...
+    def table_values(self) -> dict[str, Any]: ...
+    def core_options(self) -> dict[str, Any]: ...
+    def describe_listen(self) -> str: ...
+    @classmethod
+    def from_env(cls, prefix: str = ..., environ: Mapping[str, str] | None = ...) -> Config: ...
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> Config: ...
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    config: Config
+    origins: dict[str, str]
+    file: str | None = ...
+
+def resolve(
+    *,
+    file: str | os.PathLike[str] | None = ...,
+    environ: Mapping[str, str] | None = ...,
+    prefix: str = ...,
+    flags: Iterable[tuple[str, str]] = ...,
+    arguments: Mapping[str, Any] | None = ...,
+    arguments_origin: str = ...,
+    use_config_variable: bool = ...,
+) -> Resolved: ...
+def format_config(resolved: Resolved) -> str: ...
+def reference() -> str: ...
+def stub() -> str: ...
