@@ -149,7 +149,8 @@ std::array<char, 28> ws_accept_key(std::string_view key) noexcept {
 }
 
 encode_status encode_ws_accept(std::string_view key, std::string_view subprotocol,
-                               std::span<const header_field> extra, std::string& out) {
+                               std::span<const header_field> extra, std::string& out,
+                               std::string_view extensions) {
   if (!subprotocol.empty() && !is_valid_header_name(subprotocol)) {
     return {encode_errc::bad_header_value, "sec-websocket-protocol"};
   }
@@ -163,7 +164,8 @@ encode_status encode_ws_accept(std::string_view key, std::string_view subprotoco
     for (const std::string_view owned :
          {std::string_view{"upgrade"}, std::string_view{"connection"},
           std::string_view{"sec-websocket-accept"}, std::string_view{"sec-websocket-protocol"},
-          std::string_view{"content-length"}, std::string_view{"transfer-encoding"}}) {
+          std::string_view{"sec-websocket-extensions"}, std::string_view{"content-length"},
+          std::string_view{"transfer-encoding"}}) {
       if (header_name_equals(f.name, owned)) {
         return {encode_errc::forbidden_header, f.name};
       }
@@ -178,6 +180,11 @@ encode_status encode_ws_accept(std::string_view key, std::string_view subprotoco
   if (!subprotocol.empty()) {
     out.append("Sec-WebSocket-Protocol: ");
     out.append(subprotocol);
+    out.append("\r\n");
+  }
+  if (!extensions.empty()) {
+    out.append("Sec-WebSocket-Extensions: ");
+    out.append(extensions);
     out.append("\r\n");
   }
   for (const header_field& f : extra) {
@@ -327,7 +334,7 @@ ws_parser::ws_parser(ws_parser_options options) : options_(options) {}
 const ws_event* ws_parser::fail(std::uint16_t code, std::string_view reason) {
   phase_ = phase::finished;
   in_message_ = false;
-  event_ = {ws_event_kind::error, code, reason};
+  event_ = {ws_event_kind::error, code, reason, false};
   return &event_;
 }
 
@@ -360,10 +367,15 @@ const ws_event* ws_parser::next(std::string_view& input) {
         fin_ = (b0 & 0x80U) != 0;
         opcode_ = static_cast<ws_opcode>(b0 & 0x0FU);
         masked_ = (b1 & 0x80U) != 0;
+        rsv1_ = (b0 & 0x40U) != 0;
         const unsigned len7 = b1 & 0x7FU;
         if ((b0 & 0x70U & ~static_cast<unsigned>(options_.allowed_rsv)) != 0) {
           return fail(ws_close_code::protocol_error,
                       "reserved bits set without a negotiated extension");
+        }
+        if (rsv1_ && (is_control(opcode_) || opcode_ == ws_opcode::continuation)) {
+          return fail(ws_close_code::protocol_error,
+                      "RSV1 set on a control frame or a continuation");
         }
         switch (opcode_) {
           case ws_opcode::continuation:
@@ -438,7 +450,8 @@ const ws_event* ws_parser::next(std::string_view& input) {
         }
         // Validated as it arrives, so invalid text fails at the first bad
         // byte rather than after the whole message was buffered.
-        if (message_opcode_ == ws_opcode::text && !utf8_.feed({message_.data() + old, n})) {
+        if (message_opcode_ == ws_opcode::text && !compressed_ &&
+            !utf8_.feed({message_.data() + old, n})) {
           return fail(ws_close_code::invalid_payload, "invalid UTF-8 in a text message");
         }
       }
@@ -493,6 +506,7 @@ const ws_event* ws_parser::start_frame() {
   }
   if (opcode_ != ws_opcode::continuation) {
     in_message_ = true;
+    compressed_ = rsv1_;
     message_opcode_ = opcode_;
     message_.clear();
     utf8_.reset();
@@ -507,7 +521,8 @@ const ws_event* ws_parser::end_frame() {
     case ws_opcode::pong:
       event_ = {opcode_ == ws_opcode::ping ? ws_event_kind::ping : ws_event_kind::pong,
                 0,
-                {control_.data(), control_size_}};
+                {control_.data(), control_size_},
+                false};
       return &event_;
     case ws_opcode::close: {
       if (control_size_ == 1) {
@@ -528,7 +543,7 @@ const ws_event* ws_parser::end_frame() {
       }
       phase_ = phase::finished;
       in_message_ = false;
-      event_ = {ws_event_kind::close, code, reason};
+      event_ = {ws_event_kind::close, code, reason, false};
       return &event_;
     }
     default:
@@ -537,14 +552,15 @@ const ws_event* ws_parser::end_frame() {
   if (!fin_) {
     return nullptr;
   }
-  if (message_opcode_ == ws_opcode::text && !utf8_.complete()) {
+  if (message_opcode_ == ws_opcode::text && !compressed_ && !utf8_.complete()) {
     return fail(ws_close_code::invalid_payload, "text message ends inside a UTF-8 sequence");
   }
   in_message_ = false;
   release_message_ = true;
   event_ = {message_opcode_ == ws_opcode::text ? ws_event_kind::text : ws_event_kind::binary,
             0,
-            {message_.data(), message_.size()}};
+            {message_.data(), message_.size()},
+            compressed_};
   return &event_;
 }
 

@@ -43,6 +43,9 @@ bool http_server::impl::close(connection_id id) {
     ctr_.stale_messages.add();
     return false;
   }
+  if (ws_active(*c)) {
+    return ws_close(id, http::ws_close_code::normal, {});  // the close handshake, with 1000
+  }
   abandon_in_flight(*c, false);
   c->no_more_requests = true;
   settle(*c);
@@ -75,6 +78,10 @@ void http_server::impl::begin_drain() {
   }
   for (auto& c : conns_) {
     if (c->phase == conn_phase::open) {
+      if (ws_active(*c) && !c->ws->close_sent) {
+        // 1012 (service restart): the client may reconnect to another worker.
+        ws_close(c->id(), 1012, "server restarting");
+      }
       settle(*c);
     }
   }

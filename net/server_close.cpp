@@ -14,6 +14,10 @@ void http_server::impl::settle(connection& c) {
   if (c.phase != conn_phase::open) {
     return;
   }
+  if (ws_active(c)) {
+    ws_settle(c);
+    return;
+  }
   if (c.error_status != 0 && c.in_flight() == 0) {
     queue_error_response(c, c.error_status, c.error_reason);
   }
@@ -82,6 +86,9 @@ void http_server::impl::begin_close(connection& c) {
 void http_server::impl::close_now(connection& c) {
   if (c.phase == conn_phase::free) {
     return;
+  }
+  if (c.ws) {
+    ws_release(c);
   }
   unlink_timer(c);
   if (c.socket) {
@@ -208,6 +215,11 @@ void http_server::impl::expire(connection& c, timer_kind k) {
     case timer_kind::idle:
       ctr_.timeouts.add();
       close_now(c);
+      break;
+    case timer_kind::ws_ping:
+    case timer_kind::ws_pong:
+    case timer_kind::ws_close:
+      ws_expire(c, k);
       break;
     case timer_kind::linger:
     case timer_kind::none:

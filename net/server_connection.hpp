@@ -4,6 +4,7 @@
 #pragma once
 
 #include "fifo.hpp"
+#include "ws_connection.hpp"
 
 #include <cadeloop/http/request_parser.hpp>
 #include <cadeloop/net/byte_buffer.hpp>
@@ -33,8 +34,17 @@ enum class conn_phase : std::uint8_t { free, open, lingering };
 // Which deadline a connection waits for. Every connection in one list has the
 // same timeout, so deadlines grow along a list and it is kept in insertion
 // order: insert at the tail, expire from the head, remove from anywhere, all O(1).
-enum class timer_kind : std::uint8_t { none = 0, head = 1, idle = 2, linger = 3 };
-constexpr std::size_t timer_kind_count = 4;
+// The ws_* kinds belong to accepted WebSockets (server_websocket.cpp).
+enum class timer_kind : std::uint8_t {
+  none = 0,
+  head = 1,
+  idle = 2,
+  linger = 3,
+  ws_ping = 4,   // no frame from the client for ping_interval: send a ping
+  ws_pong = 5,   // nothing from the client for ping_timeout after a ping: drop
+  ws_close = 6,  // our close frame got no answer within close_timeout: close
+};
+constexpr std::size_t timer_kind_count = 7;
 
 // writev takes at most this many pieces per call (Asio's own limit as well).
 constexpr std::size_t max_write_pieces = 64;
@@ -93,6 +103,7 @@ struct connection {
     write_armed = dirty = drain_wanted = false;
     lingered = 0;
     client_text.clear();
+    ws.reset();
   }
 
   std::uint32_t slot;
@@ -143,6 +154,10 @@ struct connection {
   bool dirty = false;
   bool drain_wanted = false;
   std::uint64_t lingered = 0;
+
+  // A WebSocket upgrade handed to the app, then the accepted WebSocket
+  // (server_websocket.cpp); null for plain HTTP.
+  std::unique_ptr<ws_state> ws;
 
   // Deadline list membership.
   timer_kind tkind = timer_kind::none;

@@ -212,6 +212,12 @@ class http_server::impl {
         return opt_.keepalive_idle;
       case timer_kind::linger:
         return opt_.linger_timeout;
+      case timer_kind::ws_ping:
+        return opt_.ws.ping_interval;
+      case timer_kind::ws_pong:
+        return opt_.ws.ping_timeout;
+      case timer_kind::ws_close:
+        return opt_.ws.close_timeout;
       case timer_kind::none:
         break;
     }
@@ -228,6 +234,30 @@ class http_server::impl {
   void arm_timer(clock_type::time_point at);
   void on_timer();
   void expire(connection& c, timer_kind k);
+
+  // ------------------------------------------------------------ WebSockets
+  // (server_websocket.cpp, ws_deflate via ws_codec_for)
+
+  // A head that asks for a WebSocket upgrade: false when the handshake is
+  // refused (answered 400/426 here; nothing reaches the app).
+  bool ws_prepare(connection& c, const http::request_head& head);
+  [[nodiscard]] static bool ws_active(const connection& c) noexcept { return c.ws && c.ws->open; }
+  void ws_on_readable(connection& c);
+  void ws_process(connection& c);
+  void ws_on_event(connection& c, const http::ws_event& e);
+  void ws_deliver(connection& c, const http::ws_event& e);
+  void ws_settle(connection& c);
+  void ws_expire(connection& c, timer_kind k);
+  void ws_send_close(connection& c, std::uint16_t code, std::string_view reason);
+  void ws_fail(connection& c, std::uint16_t code);
+  void ws_report(connection& c, std::uint16_t code, std::string_view reason);
+  // close_now's part: the app's on_ws_close (1006 if the end was not
+  // reported) and the counters of an upgrade that ends.
+  void ws_release(connection& c);
+  void ws_refuse_accept(connection& c, std::string_view why);
+  void ws_queue_frame(connection& c, http::ws_opcode op, std::string_view payload);
+  http::ws_deflater& ws_shared_deflater(int window_bits);
+  http::ws_inflater& ws_inflater_for(connection& c);
   asio::io_context& io_;
   event_sink& sink_;
   server_options opt_;
@@ -253,6 +283,13 @@ class http_server::impl {
   std::vector<std::unique_ptr<char[]>> buffer_pool_;
   std::unique_ptr<char[]> discard_;
   std::string scratch_;
+  std::string ws_scratch_;
+  std::vector<http::header_field> ws_fields_;
+  // Shared by every connection of this thread: the server always resets its
+  // compressor per message (one per window size), and a client that resets
+  // its own lets one decompressor serve all such clients.
+  std::array<std::unique_ptr<http::ws_deflater>, 16> ws_deflaters_{};
+  std::unique_ptr<http::ws_inflater> ws_shared_inflater_;
 
   std::array<deadline_list, timer_kind_count> lists_{};
   asio::steady_timer timer_;

@@ -37,6 +37,10 @@ void http_server::impl::on_readable(connection_id id, const error_code& ec) {
     linger_read(*c);
     return;
   }
+  if (ws_active(*c)) {
+    ws_on_readable(*c);
+    return;
+  }
   if (!want_read(*c)) {
     return;  // reading was paused after the wait was armed; settle() re-arms
   }
@@ -123,10 +127,13 @@ void http_server::impl::process_input(connection& c) {
         break;
       case http::feed_status::closing:
       case http::feed_status::upgraded:
-        // A non-persistent request (or an upgrade, whose codec is not wired
-        // yet): its response is the last; what follows is ignored.
+        // A non-persistent request, or an upgrade: its response is the last.
+        // What follows is ignored, unless the app may accept the WebSocket:
+        // then it is its first frames, kept for ws_accept.
         c.no_more_requests = true;
-        c.rbeg = c.rend;
+        if (!c.ws) {
+          c.rbeg = c.rend;
+        }
         break;
       case http::feed_status::error:
         on_parse_error(c);
@@ -190,6 +197,13 @@ void http_server::impl::dispatch_head(connection& c, const http::parse_event& ev
   c.skipping = false;
   const bool body = has_body(*ev.head);
   request_info info{c.client, c.server, body, draining_, false};
+  if (ev.head->websocket_upgrade() && opt_.ws.enabled) {
+    if (!ws_prepare(c, *ev.head)) {
+      c.skipping = true;  // refused with 400/426: the app never sees it
+      return;
+    }
+    info.websocket = true;
+  }
   std::unique_ptr<http::request_head> head = c.parser.take_head(ev);
   const std::uint32_t seq = c.next_seq;
   // The record first, so an allocation failure leaves nothing handed over.

@@ -53,8 +53,12 @@ struct ws_handshake_result {
 /// not empty; must be a token) and `extra` headers (validated like response
 /// headers; the ones the handshake owns are refused). On a refusal nothing
 /// is appended. Any thread.
+///
+/// `extensions` (if not empty) is the negotiated `Sec-WebSocket-Extensions`
+/// value, written by the server itself; the app may not set that header.
 encode_status encode_ws_accept(std::string_view key, std::string_view subprotocol,
-                               std::span<const header_field> extra, std::string& out);
+                               std::span<const header_field> extra, std::string& out,
+                               std::string_view extensions = {});
 
 /// Appends the error response for a refused handshake (400, or 426 with
 /// `Sec-WebSocket-Version: 13`), closing the connection. Owner thread of `dates`.
@@ -125,13 +129,20 @@ struct ws_event {
   ws_event_kind kind = ws_event_kind::error;  ///< what happened
   std::uint16_t code = 0;                     ///< close code received, or to send on error
   std::string_view payload{};                 ///< message, ping/pong data, close or error reason
+  /// For text and binary: the first frame had RSV1 set (a permessage-deflate
+  /// message, still compressed; its UTF-8 is checked after decompression).
+  bool compressed = false;
 };
 
 /// Frame parser limits and role. Plain data.
 struct ws_parser_options {
   ws_role role = ws_role::server;  ///< server: frames must be masked; client: must not be
   std::size_t max_message = 16U * 1024U * 1024U;  ///< largest assembled message, bytes (else 1009)
-  std::uint8_t allowed_rsv = 0;  ///< RSV bits (0x40, 0x20, 0x10) a negotiated extension may set
+  /// RSV bits (0x40, 0x20, 0x10) a negotiated extension may set. RSV1 (0x40,
+  /// permessage-deflate) is only allowed on the first frame of a text or
+  /// binary message (RFC 7692 section 6): on a control frame or a
+  /// continuation it is a protocol error.
+  std::uint8_t allowed_rsv = 0;
 };
 
 /// Push-based, incremental WebSocket frame parser. Any split of the input
@@ -183,6 +194,8 @@ class ws_parser {
   std::size_t mask_offset_ = 0;
 
   bool in_message_ = false;
+  bool rsv1_ = false;        // RSV1 of the frame being read
+  bool compressed_ = false;  // the message being assembled had RSV1 on its first frame
   ws_opcode message_opcode_ = ws_opcode::binary;
   std::string message_;
   utf8_validator utf8_;

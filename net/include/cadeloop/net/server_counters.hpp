@@ -130,6 +130,21 @@ struct alignas(64) server_counters {
   /// Final responses by status class, [0] = 1xx ... [4] = 5xx: the app's
   /// (status carried by its first send) and the I/O thread's own error answers.
   std::array<counter, 5> responses_by_class;
+
+  // WebSockets (RFC 6455). Messages and bytes are payloads: after
+  // decompression coming in, before compression going out.
+  counter ws_open;                   ///< accepted WebSockets open now (gauge)
+  counter ws_upgrades_accepted;      ///< upgrades the app accepted (101 written)
+  counter ws_upgrades_rejected;      ///< bad handshakes answered 400/426 by the I/O thread
+  counter ws_upgrades_not_accepted;  ///< valid upgrades the app denied (or the client left first)
+  counter ws_messages_in;            ///< whole messages handed to the app
+  counter ws_messages_out;           ///< messages the app sent
+  counter ws_bytes_in;               ///< payload bytes of the messages handed to the app
+  counter ws_bytes_out;              ///< payload bytes of the messages the app sent
+  /// Ends of accepted WebSockets by the code on_ws_close reported:
+  /// [0] normal (1000, 1001), [1] protocol (1002, 1007, 1009), [2] dropped
+  /// (1006: no close handshake), [3] any other code (1005, 1011, 1012, 3000+...).
+  std::array<counter, 4> ws_closes_by_class;
   /// From the moment a request head is handed to the app to the moment its
   /// whole response is queued for the socket (app responses only).
   alignas(64) latency_histogram latency;
@@ -140,6 +155,20 @@ struct alignas(64) server_counters {
     if (status >= 100 && status < 600) {
       responses_by_class[status / 100 - 1].add();
     }
+  }
+
+  /// Counts the end of an accepted WebSocket in its class (see
+  /// ws_closes_by_class). The writer thread only.
+  void count_ws_close(unsigned code) noexcept {
+    std::size_t k = 3;
+    if (code == 1000 || code == 1001) {
+      k = 0;
+    } else if (code == 1002 || code == 1007 || code == 1009) {
+      k = 1;
+    } else if (code == 1006) {
+      k = 2;
+    }
+    ws_closes_by_class[k].add();
   }
 };
 
