@@ -395,7 +395,7 @@ def test_bad_ws_settings_are_one_line(tmp_path: Path, how: str, args: list[str],
 
 
 def test_sigterm_closes_every_websocket(tmp_path: Path) -> None:
-    count = 200
+    count = int(os.environ.get("WS_DRAIN_COUNT", "1000"))
     srv, events = start_server(tmp_path, "--grace", "10")
 
     async def run() -> list[int | None]:
@@ -405,11 +405,17 @@ def test_sigterm_closes_every_websocket(tmp_path: Path) -> None:
         t0 = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
         await asyncio.wait_for(asyncio.gather(*(ws.wait_closed() for ws in clients)), timeout=15)
-        assert time.monotonic() - t0 < 10
+        closed_in.append(time.monotonic() - t0)
         return [ws.close_code for ws in clients]
 
+    closed_in: list[float] = []
+    t_start = time.monotonic()
     codes = asyncio.run(run())
+    assert closed_in[0] < 10  # inside the grace period
+    srv.proc.wait(20)  # type: ignore[union-attr]  # the one SIGTERM is enough
     assert srv.stop() == 0, srv.log()
+    print(f"{count} WebSockets: opened and closed in {time.monotonic() - t_start:.1f} s, "
+          f"closed {closed_in[0]:.2f} s after SIGTERM")
     assert set(codes) <= {1001, 1012}, codes
     assert len(events.wait("/hold", count)) == count
 
