@@ -651,7 +651,9 @@ encode_status encode_ws_close(std::string& out, std::uint16_t code, std::string_
   std::array<char, 125> payload{};
   payload[0] = static_cast<char>(code >> 8);
   payload[1] = static_cast<char>(code & 0xFFU);
-  std::memcpy(payload.data() + 2, reason.data(), reason.size());
+  if (!reason.empty()) {
+    std::memcpy(payload.data() + 2, reason.data(), reason.size());  // an empty view may be null
+  }
   encode_ws_frame(out, ws_opcode::close, {payload.data(), reason.size() + 2}, true, mask);
   return {};
 }

@@ -235,8 +235,9 @@ ws_inflate_status ws_inflater::decompress(std::string_view message, std::size_t 
         status = ws_inflate_status::too_big;
         break;
       }
+      // Room grows with the output (geometric), never past the limit + 1.
       const std::size_t room =
-          std::min(max_size + 1 - at, std::max<std::size_t>(part.size() * 4, 1024));
+          std::min(max_size + 1 - at, std::max({part.size() * 4, at, std::size_t{1024}}));
       out.resize(at + room);
       z.next_out = reinterpret_cast<Bytef*>(out.data() + at);
       z.avail_out = static_cast<uInt>(room);

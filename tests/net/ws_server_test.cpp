@@ -463,3 +463,40 @@ TEST_F(ws_server_test, AbortAllReports1006) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- access log
+
+namespace {
+
+TEST_F(ws_server_test, AccessLogWritesTheUpgradeAndTheClose) {
+  char path[] = "/tmp/ws_access_logXXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  opt.access_log.enabled = true;
+  opt.access_log.file = path;
+  opt.access_log.format = "{method} {target} {status} {bytes}";
+  start();
+  {
+    ws_client c{port};
+    const connection_id conn = open_ws(c);
+    ASSERT_TRUE(server->ws_send(conn, byte_buffer::copy_of("12345"), true, false));
+    ASSERT_TRUE(c.send(ws_client::close_frame(1001)));
+    ASSERT_TRUE(until_closed(c));
+    ASSERT_TRUE(pump_until([&] { return sink.closes.size() == 1; }));
+  }
+  server.reset();  // flushes its batch
+  ASSERT_TRUE(cadeloop::net::flush_access_logs(5s));
+  std::string text;
+  if (FILE* f = std::fopen(path, "r")) {
+    char buf[4096];
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    text.assign(buf, n);
+    std::fclose(f);
+  }
+  ::unlink(path);
+  EXPECT_NE(text.find("GET /chat?x=1 101 "), std::string::npos) << text;
+  EXPECT_NE(text.find("GET /chat?x=1 1001 5\n"), std::string::npos) << text;
+}
+
+}  // namespace

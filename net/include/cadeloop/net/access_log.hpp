@@ -28,6 +28,15 @@
 // are written with '"', '\\', control characters and bytes >= 0x7f as \xHH.
 // Answers the I/O thread writes itself (400, 408, 413, ...) are logged with
 // "-" for what it never had (method, path, headers) and duration 0.
+//
+// A WebSocket writes two lines, both with the upgrade request's fields:
+// at the upgrade, status 101, {bytes} of the 101 response and the time from
+// the head to the app's accept; at the end, the close code in place of the
+// status (1000..4999, never an HTTP status: 1006 for a drop), {bytes} the
+// message payload bytes the server sent (before compression) and the
+// duration from the 101 to the close:
+//   ... "GET /chat" 101 129 412us pair=0
+//   ... "GET /chat" 1000 5120 8021307us pair=0
 
 #include <cadeloop/net/connection_id.hpp>
 
