@@ -20,6 +20,10 @@ constexpr std::int64_t pib = 1024 * 1024 * gib;
 
 constexpr std::array<std::string_view, 3> lifespan_choices{"auto", "on", "off"};
 constexpr std::array<std::string_view, 3> isolation_choices{"auto", "subinterpreters", "processes"};
+// auto and on serve WebSockets; off does not. `off` comes first after the
+// default (it is the other value tests pick); the rest are uvicorn's names.
+constexpr std::array<std::string_view, 7> ws_choices{"auto", "off", "on", "none", "websockets",
+                                                     "wsproto", "websockets-sansio"};
 constexpr std::array<std::string_view, 4> log_levels{"debug", "info", "warning", "error"};
 
 // Sections, in the order the reference shows them.
@@ -29,6 +33,7 @@ constexpr std::string_view cores_section = "Cores";
 constexpr std::string_view limit_section = "Limits";
 constexpr std::string_view timeout_section = "Timeouts";
 constexpr std::string_view flow_section = "Flow control";
+constexpr std::string_view ws_section = "WebSockets";
 constexpr std::string_view log_section = "Logging";
 constexpr std::string_view stats_section = "Statistics";
 constexpr std::string_view tuning_section = "Tuning";

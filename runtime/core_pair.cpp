@@ -6,6 +6,7 @@
 
 #include "io_thread.hpp"
 
+#include <cstring>
 #include <utility>
 
 namespace cadeloop::runtime {
@@ -20,7 +21,16 @@ inbound_message app_side::adopt(const inbound_event& ev) noexcept {
   switch (ev.kind) {
     case inbound_kind::request:
       m.head.reset(static_cast<http::request_head*>(ev.data));
-      m.info = net::request_info{ev.client, ev.server, ev.has_body, ev.server_closing, ev.tls};
+      m.info = net::request_info{ev.client,         ev.server, ev.has_body,
+                                 ev.server_closing, ev.tls,    ev.websocket};
+      break;
+    case inbound_kind::ws_message:
+      m.body = net::byte_buffer::adopt(static_cast<char*>(ev.data), ev.size);
+      m.text = ev.text;
+      break;
+    case inbound_kind::ws_close:
+      m.body = net::byte_buffer::adopt(static_cast<char*>(ev.data), ev.size);
+      m.code = ev.code;
       break;
     case inbound_kind::body:
       m.body = net::byte_buffer::adopt(static_cast<char*>(ev.data), ev.size);
@@ -91,6 +101,61 @@ void app_side::recycle(net::connection_id conn, std::unique_ptr<http::request_he
   (void)head.release();
 }
 
+void app_side::ws_accept(net::connection_id conn, std::uint32_t request,
+                         std::string_view subprotocol, std::string_view extra_headers) {
+  if (subprotocol.size() > UINT16_MAX) {
+    subprotocol = {};  // not a token the I/O thread would take; accepted without one
+  }
+  net::byte_buffer bytes{subprotocol.size() + extra_headers.size()};
+  if (!subprotocol.empty()) {
+    std::memcpy(bytes.data(), subprotocol.data(), subprotocol.size());
+  }
+  if (!extra_headers.empty()) {
+    std::memcpy(bytes.data() + subprotocol.size(), extra_headers.data(), extra_headers.size());
+  }
+  outbound_command cmd;
+  cmd.kind = outbound_kind::ws_accept;
+  cmd.conn = conn;
+  cmd.request = request;
+  cmd.code = static_cast<std::uint16_t>(subprotocol.size());
+  cmd.data = bytes.data();
+  cmd.size = bytes.size();
+  stage(cmd);
+  (void)bytes.release();
+}
+
+void app_side::ws_send(net::connection_id conn, net::byte_buffer&& payload, bool text,
+                       bool notify_drained) {
+  outbound_command cmd;
+  cmd.kind = outbound_kind::ws_send;
+  cmd.conn = conn;
+  cmd.text = text;
+  cmd.notify_drained = notify_drained;
+  cmd.data = payload.data();
+  cmd.size = payload.size();
+  stage(cmd);
+  (void)payload.release();
+}
+
+void app_side::ws_consumed(net::connection_id conn) {
+  outbound_command cmd;
+  cmd.kind = outbound_kind::ws_consumed;
+  cmd.conn = conn;
+  stage(cmd);
+}
+
+void app_side::ws_close(net::connection_id conn, std::uint16_t code, std::string_view reason) {
+  net::byte_buffer bytes = net::byte_buffer::copy_of(reason);
+  outbound_command cmd;
+  cmd.kind = outbound_kind::ws_close;
+  cmd.conn = conn;
+  cmd.code = code;
+  cmd.data = bytes.data();
+  cmd.size = bytes.size();
+  stage(cmd);
+  (void)bytes.release();
+}
+
 std::size_t app_side::flush() noexcept {
   app_counters& ctr = ch_.page.app;
   ctr.loop_ticks.add();
@@ -125,7 +190,8 @@ namespace {
 void dispose(const inbound_event& ev) noexcept {
   if (ev.kind == inbound_kind::request) {
     delete static_cast<http::request_head*>(ev.data);
-  } else if (ev.kind == inbound_kind::body) {
+  } else if (ev.kind == inbound_kind::body || ev.kind == inbound_kind::ws_message ||
+             ev.kind == inbound_kind::ws_close) {
     delete[] static_cast<char*>(ev.data);
   }
 }

@@ -9,8 +9,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -225,6 +228,21 @@ void io_thread::apply(const outbound_command& cmd) {
       break;
     case outbound_kind::recycle:
       break;
+    case outbound_kind::ws_accept: {
+      const std::string_view all{bytes.data(), bytes.size()};
+      const std::size_t split = std::min<std::size_t>(cmd.code, all.size());
+      server_->ws_accept(cmd.conn, cmd.request, all.substr(0, split), all.substr(split));
+      break;
+    }
+    case outbound_kind::ws_send:
+      server_->ws_send(cmd.conn, std::move(bytes), cmd.text, cmd.notify_drained);
+      break;
+    case outbound_kind::ws_consumed:
+      server_->ws_consumed(cmd.conn);
+      break;
+    case outbound_kind::ws_close:
+      server_->ws_close(cmd.conn, cmd.code, std::string_view{bytes.data(), bytes.size()});
+      break;
   }
   if (head) {
     server_->recycle_head(cmd.conn, std::move(head));
@@ -252,6 +270,7 @@ void io_thread::on_request(net::connection_id conn, std::uint32_t request,
   ev.has_body = info.has_body;
   ev.server_closing = info.server_closing;
   ev.tls = info.tls;
+  ev.websocket = info.websocket;
   ev.client = info.client;
   ev.server = info.server;
   ev.data = head.get();
@@ -284,6 +303,29 @@ void io_thread::on_peer_eof(net::connection_id conn) {
   ev.kind = inbound_kind::peer_eof;
   ev.conn = conn;
   ch_.inbound.stage(ev);
+}
+
+void io_thread::on_ws_message(net::connection_id conn, net::byte_buffer&& payload, bool text) {
+  inbound_event ev;
+  ev.kind = inbound_kind::ws_message;
+  ev.conn = conn;
+  ev.text = text;
+  ev.size = payload.size();
+  ev.data = payload.data();
+  ch_.inbound.stage(ev);
+  (void)payload.release();
+}
+
+void io_thread::on_ws_close(net::connection_id conn, std::uint16_t code, std::string&& reason) {
+  net::byte_buffer bytes = net::byte_buffer::copy_of(reason);
+  inbound_event ev;
+  ev.kind = inbound_kind::ws_close;
+  ev.conn = conn;
+  ev.code = code;
+  ev.size = bytes.size();
+  ev.data = bytes.data();
+  ch_.inbound.stage(ev);
+  (void)bytes.release();
 }
 
 void io_thread::on_drained(net::connection_id conn, std::uint64_t unsent) {

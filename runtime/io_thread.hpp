@@ -62,6 +62,8 @@ class io_thread final : public net::event_sink {
   void on_disconnect(net::connection_id conn) override;
   void on_drained(net::connection_id conn, std::uint64_t unsent) override;
   void on_peer_eof(net::connection_id conn) override;
+  void on_ws_message(net::connection_id conn, net::byte_buffer&& payload, bool text) override;
+  void on_ws_close(net::connection_id conn, std::uint16_t code, std::string&& reason) override;
 
  private:
   void run() noexcept;

@@ -58,6 +58,16 @@ struct fd_listen {
 template <class Spec>
 fd_listen(Spec&) -> fd_listen<Spec>;
 
+/// `ws`: whether the I/O thread serves WebSockets. off and none turn them
+/// off; every other word (auto, on, uvicorn's implementation names) turns
+/// them on. Read back as the canonical word: auto (on) or off.
+struct ws_switch {
+  bool& enabled;
+};
+struct ws_switch_view {
+  const bool& enabled;
+};
+
 /// Calls `bind(id, field path, field)` for every option field a setting
 /// fills, in one list for both directions (`Settings` is pair_settings or
 /// const pair_settings). A setting missing here never reaches the pair.
@@ -103,6 +113,19 @@ void each_binding(Settings& s, Bind&& bind) {
   bind(setting_id::access_log_format, "pair.server.access_log.format", log.format);
   bind(setting_id::access_log_file, "pair.server.access_log.file", text_or_none{log.file});
   bind(setting_id::access_log_queue, "pair.server.access_log.queue_lines", log.queue_lines);
+  // ---- WebSockets (the I/O thread)
+  auto& ws = server.ws;
+  if constexpr (std::is_const_v<Settings>) {
+    bind(setting_id::ws, "pair.server.ws.enabled", ws_switch_view{ws.enabled});
+  } else {
+    bind(setting_id::ws, "pair.server.ws.enabled", ws_switch{ws.enabled});
+  }
+  bind(setting_id::ws_max_size, "pair.server.ws.max_message", ws.max_message);
+  bind(setting_id::ws_max_queue, "pair.server.ws.max_queue", ws.max_queue);
+  bind(setting_id::ws_ping_interval, "pair.server.ws.ping_interval", ws.ping_interval);
+  bind(setting_id::ws_ping_timeout, "pair.server.ws.ping_timeout", ws.ping_timeout);
+  bind(setting_id::ws_per_message_deflate, "pair.server.ws.per_message_deflate",
+       ws.per_message_deflate);
   // ---- the pair itself
   bind(setting_id::grace, "pair.grace", s.pair.grace);
   bind(setting_id::io_spin_us, "pair.spin", s.pair.spin);
@@ -153,6 +176,10 @@ struct fill {
       field.spec.kind = net::listen_spec::kind_type::unix_socket;
       field.spec.path = values.text(id);
     }
+  }
+  void operator()(setting_id id, std::string_view, ws_switch field) const {
+    const std::string word = values.text(id);
+    field.enabled = word != "off" && word != "none";
   }
   void operator()(setting_id id, std::string_view, fd_listen<net::listen_spec> field) const {
     if (!values.is_none(id)) {
@@ -205,6 +232,9 @@ struct read {
     } else {
       add(id, f, std::monostate{});
     }
+  }
+  void operator()(setting_id id, std::string_view f, ws_switch_view field) const {
+    add(id, f, std::string{field.enabled ? "auto" : "off"});
   }
   void operator()(setting_id id, std::string_view f,
                   fd_listen<const net::listen_spec> field) const {

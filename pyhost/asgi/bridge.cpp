@@ -9,7 +9,8 @@
 // The per-request path, all C API, is in the other bridge files:
 // bridge_request.cpp (scope, app, task; the end of a request),
 // bridge_receive.cpp and bridge_send.cpp (the app's receive() and send()),
-// and request_type.cpp (the Python types).
+// bridge_websocket.cpp (the same for a WebSocket) and request_type.cpp
+// (the Python types).
 #include <algorithm>
 #include <new>
 #include <utility>
@@ -67,6 +68,24 @@ bool names::init() {
       {&set_exception, "set_exception"},
       {&add_done_callback, "add_done_callback"},
       {&cancel, "cancel"},
+      {&websocket, "websocket"},
+      {&ws, "ws"},
+      {&wss, "wss"},
+      {&subprotocols, "subprotocols"},
+      {&subprotocol, "subprotocol"},
+      {&extensions, "extensions"},
+      {&text, "text"},
+      {&bytes, "bytes"},
+      {&code, "code"},
+      {&reason, "reason"},
+      {&ws_connect, "websocket.connect"},
+      {&ws_receive, "websocket.receive"},
+      {&ws_disconnect, "websocket.disconnect"},
+      {&ws_accept, "websocket.accept"},
+      {&ws_send, "websocket.send"},
+      {&ws_close, "websocket.close"},
+      {&ws_response_start, "websocket.http.response.start"},
+      {&ws_response_body, "websocket.http.response.body"},
   };
   for (const entry& e : entries) {
     *e.slot = intern(e.text);
@@ -120,7 +139,25 @@ void names::clear() {
                       &set_exception,
                       &add_done_callback,
                       &cancel,
-                      &empty_bytes};
+                      &empty_bytes,
+                      &websocket,
+                      &ws,
+                      &wss,
+                      &subprotocols,
+                      &subprotocol,
+                      &extensions,
+                      &text,
+                      &bytes,
+                      &code,
+                      &reason,
+                      &ws_connect,
+                      &ws_receive,
+                      &ws_disconnect,
+                      &ws_accept,
+                      &ws_send,
+                      &ws_close,
+                      &ws_response_start,
+                      &ws_response_body};
   for (PyObject** p : all) {
     Py_CLEAR(*p);
   }
@@ -332,6 +369,12 @@ void bridge::on_message(runtime::inbound_message& m) {
       break;
     case runtime::inbound_kind::peer_eof:
       on_peer_eof(m);
+      break;
+    case runtime::inbound_kind::ws_message:
+      on_ws_message(m);
+      break;
+    case runtime::inbound_kind::ws_close:
+      on_ws_close(m);
       break;
   }
 }

@@ -42,6 +42,30 @@ namespace cadeloop::pyhost::server {
 
 class bridge;
 
+/// One WebSocket message received and not yet given to the app.
+struct ws_inbound {
+  net::byte_buffer bytes;
+  bool text = false;
+};
+
+/// The app side's state of a WebSocket upgrade request (bridge_websocket.cpp).
+/// Owned by its request_object. Loop thread.
+struct ws_session {
+  enum class phase : std::uint8_t {
+    connecting,  ///< neither accepted nor denied yet
+    accepted,    ///< websocket.accept sent: the connection speaks WebSocket
+    denied,      ///< answered with an HTTP response (403 or the app's own)
+  };
+  phase state = phase::connecting;
+  bool connect_delivered = false;     ///< receive() gave websocket.connect
+  bool app_closed = false;            ///< the app sent websocket.close after accepting
+  bool peer_closed = false;           ///< the WebSocket ended (ws_close or the connection gone)
+  bool disconnect_delivered = false;  ///< receive() gave websocket.disconnect
+  std::uint16_t close_code = 1006;    ///< with peer_closed: the code the app sees
+  std::string close_reason;
+  std::deque<ws_inbound> inbox;  ///< messages received, oldest first
+};
+
 /// One HTTP request as the app sees it: the owner of its `receive`/`send`
 /// callables and of its response encoder. A CPython GC object made by the
 /// bridge on the loop thread; whichever reference goes last frees it (a task
@@ -59,6 +83,7 @@ struct request_object {
   std::uint32_t seq;
   unsigned status;
   std::deque<net::byte_buffer>* body;  // owned: pieces received, not yet given to the app
+  ws_session* ws;                      // owned: a WebSocket upgrade's state, else NULL
   http::response_encoder* encoder;     // owned
   http::request_context ctx;
   bool has_body;        // body events follow the head
@@ -115,6 +140,25 @@ struct names {
   PyObject* add_done_callback = nullptr;
   PyObject* cancel = nullptr;
   PyObject* empty_bytes = nullptr;
+  // WebSocket scopes and messages (bridge_websocket.cpp)
+  PyObject* websocket = nullptr;
+  PyObject* ws = nullptr;
+  PyObject* wss = nullptr;
+  PyObject* subprotocols = nullptr;
+  PyObject* subprotocol = nullptr;
+  PyObject* extensions = nullptr;
+  PyObject* text = nullptr;
+  PyObject* bytes = nullptr;
+  PyObject* code = nullptr;
+  PyObject* reason = nullptr;
+  PyObject* ws_connect = nullptr;
+  PyObject* ws_receive = nullptr;
+  PyObject* ws_disconnect = nullptr;
+  PyObject* ws_accept = nullptr;
+  PyObject* ws_send = nullptr;
+  PyObject* ws_close = nullptr;
+  PyObject* ws_response_start = nullptr;
+  PyObject* ws_response_body = nullptr;
   std::vector<PyObject*> methods;  // indexed by http::request_method (other: NULL)
 
   bool init();
@@ -191,6 +235,20 @@ class bridge final : public loop_source {
   void on_disconnect(const runtime::inbound_message& m);
   void on_drained(const runtime::inbound_message& m);
   void on_peer_eof(const runtime::inbound_message& m);
+  // WebSockets (bridge_websocket.cpp)
+  void on_ws_message(runtime::inbound_message& m);
+  void on_ws_close(runtime::inbound_message& m);
+  request_object* ws_request_of(net::connection_id id) noexcept;
+  PyObject* websocket_scope(PyObject* scope, const http::request_head& head, bool tls);
+  PyObject* ws_receive(request_object* r);
+  PyObject* ws_next_event(request_object* r);
+  void ws_wake(request_object* r);
+  PyObject* ws_send(request_object* r, PyObject* type, PyObject* message);
+  PyObject* ws_accept(request_object* r, PyObject* message);
+  PyObject* ws_send_message(request_object* r, PyObject* message);
+  PyObject* ws_close(request_object* r, PyObject* message);
+  void ws_deny(request_object* r, unsigned status);
+  void ws_task_done(request_object* r, PyObject* exc);
   /// The app side's state of connection `id`, or NULL if it is gone (or
   /// reused). Inline: every file of the bridge calls it per message.
   conn_state* conn_of(net::connection_id id) noexcept {

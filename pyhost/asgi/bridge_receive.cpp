@@ -73,6 +73,9 @@ void bridge::on_disconnect(const runtime::inbound_message& m) {
   cs->generation = 0;
   for (request_object* r : active) {
     r->disconnected = true;
+    if (r->ws != nullptr) {
+      r->ws->peer_closed = true;  // keeps the code of a ws_close before it (1006 without one)
+    }
     wake_receiver(r);
     if (r->send_waiter != nullptr) {
       PyObject* exc = PyObject_CallFunction(disconnected_type_, "s", "client disconnected");
@@ -203,6 +206,10 @@ void bridge::wake_receiver(request_object* r) {
   if (r->receive_waiter == nullptr) {
     return;
   }
+  if (r->ws != nullptr) {
+    ws_wake(r);
+    return;
+  }
   PyObject* msg = disconnect_message();
   if (msg == nullptr) {
     PyErr_Clear();
@@ -212,6 +219,9 @@ void bridge::wake_receiver(request_object* r) {
 }
 
 PyObject* bridge::receive(request_object* r) {
+  if (r->ws != nullptr) {
+    return ws_receive(r);
+  }
   if (r->disconnected) {
     return ready(disconnect_message());
   }

@@ -88,6 +88,7 @@ void bridge::on_request(runtime::inbound_message& m) {
   r->seq = m.request;
   r->status = 0;
   r->body = nullptr;
+  r->ws = nullptr;
   r->encoder = nullptr;
   r->ctx.is_head = head.method() == http::request_method::head;
   r->ctx.http_minor = head.version_minor();
@@ -111,6 +112,7 @@ void bridge::on_request(runtime::inbound_message& m) {
         dates_, http::encoder_options{options_.server_header, options_.date_header,
                                       options_.extra_headers});
     r->encoder->start(r->ctx);
+    r->ws = m.info.websocket ? new ws_session() : nullptr;
     cs.active.push_back(r);  // the connection's reference
   } catch (const std::bad_alloc&) {
     Py_DECREF(r);
@@ -119,6 +121,9 @@ void bridge::on_request(runtime::inbound_message& m) {
   }
   ++stats_.requests;
   PyObject* scope = build_scope(m, cs);
+  if (scope != nullptr && r->ws != nullptr) {
+    scope = websocket_scope(scope, *m.head, m.info.tls);  // bridge_websocket.cpp
+  }
   side_.recycle(m.conn, std::move(m.head));
   if (scope == nullptr) {
     PyObject* exc = take_exception();
@@ -310,7 +315,8 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
                   put(n_.server, Py_XNewRef(last_server_)) &&
                   (state_ == nullptr || put(n_.state, PyDict_Copy(state_)));
   if (!ok ||
-      !apply_forwarded(scope, n_.client, n_.scheme, options_.proxy, m.info.client, head, false)) {
+      !apply_forwarded(scope, n_.client, n_.scheme, options_.proxy, m.info.client, head,
+                       m.info.websocket)) {
     Py_DECREF(scope);
     return nullptr;
   }
@@ -329,7 +335,9 @@ PyObject* bridge::task_done(request_object* r, PyObject* task) {
   if (exc == nullptr) {
     exc = take_exception();  // CancelledError: the task was cancelled
   }
-  if (exc != nullptr && exc != Py_None) {
+  if (r->ws != nullptr) {
+    ws_task_done(r, exc != Py_None ? exc : nullptr);  // bridge_websocket.cpp
+  } else if (exc != nullptr && exc != Py_None) {
     app_error(r, "Exception in ASGI application", exc);
   } else if (!r->complete) {
     app_error(r,
@@ -390,6 +398,9 @@ void bridge::finish(request_object* r) {
   PyObject* sw = std::exchange(r->send_waiter, nullptr);
   PyObject* hdr = std::exchange(r->start_headers, nullptr);
   r->body->clear();
+  if (r->ws != nullptr) {
+    r->ws->inbox.clear();
+  }
   bool owned = false;
   if (conn_state* cs = conn_of(r->conn); cs != nullptr) {
     auto it = std::find(cs->active.begin(), cs->active.end(), r);

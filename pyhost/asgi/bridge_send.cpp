@@ -48,6 +48,9 @@ PyObject* bridge::send(request_object* r, PyObject* message) {
     }
     return nullptr;
   }
+  if (r->ws != nullptr) {
+    return ws_send(r, type, message);  // bridge_websocket.cpp
+  }
   if (r->disconnected) {
     PyErr_SetString(disconnected_type_, "client disconnected");
     return nullptr;

@@ -100,6 +100,7 @@ void request_dealloc(PyObject* self) {
   }
   request_clear(self);
   delete r->body;
+  delete r->ws;
   delete r->encoder;
   tp->tp_free(self);
   Py_DECREF(tp);

@@ -34,6 +34,14 @@ void zero(net::server_counters& c) noexcept {
         &c.timeouts, &c.stale_messages, &c.accept_pauses, &c.write_calls, &c.access_log_dropped}) {
     zero(*x);
   }
+  for (auto* x :
+       {&c.ws_open, &c.ws_upgrades_accepted, &c.ws_upgrades_rejected, &c.ws_upgrades_not_accepted,
+        &c.ws_messages_in, &c.ws_messages_out, &c.ws_bytes_in, &c.ws_bytes_out}) {
+    zero(*x);
+  }
+  for (auto& x : c.ws_closes_by_class) {
+    zero(x);
+  }
   for (auto& x : c.responses_by_class) {
     zero(x);
   }
@@ -179,6 +187,18 @@ pair_stats_snapshot snapshot(const pair_stats_page& page) noexcept {
   s.accept_pauses = c.accept_pauses.get();
   s.write_calls = c.write_calls.get();
   s.access_log_dropped = c.access_log_dropped.get();
+  s.ws_open = c.ws_open.get();
+  s.ws_upgrades_accepted = c.ws_upgrades_accepted.get();
+  s.ws_upgrades_rejected = c.ws_upgrades_rejected.get();
+  s.ws_upgrades_denied = c.ws_upgrades_not_accepted.get();
+  s.ws_messages_in = c.ws_messages_in.get();
+  s.ws_messages_out = c.ws_messages_out.get();
+  s.ws_bytes_in = c.ws_bytes_in.get();
+  s.ws_bytes_out = c.ws_bytes_out.get();
+  s.ws_closes_normal = c.ws_closes_by_class[0].get();
+  s.ws_closes_protocol = c.ws_closes_by_class[1].get();
+  s.ws_closes_dropped = c.ws_closes_by_class[2].get();
+  s.ws_closes_other = c.ws_closes_by_class[3].get();
 
   const io_loop_counters& l = page.io_loop;
   const app_counters& a = page.app;
@@ -242,6 +262,15 @@ void merge(pair_stats_snapshot& total, const pair_stats_snapshot& b) noexcept {
         &pair_stats_snapshot::wakeups_to_io,      &pair_stats_snapshot::app_parks,
         &pair_stats_snapshot::loop_ticks,         &pair_stats_snapshot::app_errors,
         &pair_stats_snapshot::latency_count,      &pair_stats_snapshot::latency_sum_us}) {
+    total.*field += b.*field;
+  }
+  for (auto field :
+       {&pair_stats_snapshot::ws_open, &pair_stats_snapshot::ws_upgrades_accepted,
+        &pair_stats_snapshot::ws_upgrades_rejected, &pair_stats_snapshot::ws_upgrades_denied,
+        &pair_stats_snapshot::ws_messages_in, &pair_stats_snapshot::ws_messages_out,
+        &pair_stats_snapshot::ws_bytes_in, &pair_stats_snapshot::ws_bytes_out,
+        &pair_stats_snapshot::ws_closes_normal, &pair_stats_snapshot::ws_closes_protocol,
+        &pair_stats_snapshot::ws_closes_dropped, &pair_stats_snapshot::ws_closes_other}) {
     total.*field += b.*field;
   }
   for (std::size_t i = 0; i < total.latency_buckets.size(); ++i) {

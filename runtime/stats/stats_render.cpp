@@ -151,6 +151,22 @@ void json_counters(json_object& o, const snap& s) {
   o.field("accept_pauses", s.accept_pauses);
   o.field("access_log_dropped", s.access_log_dropped);
   {
+    json_object w{o.key("websockets")};
+    w.field("open", s.ws_open);
+    w.field("accepted", s.ws_upgrades_accepted);
+    w.field("rejected", s.ws_upgrades_rejected);
+    w.field("denied", s.ws_upgrades_denied);
+    w.field("messages_in", s.ws_messages_in);
+    w.field("messages_out", s.ws_messages_out);
+    w.field("bytes_in", s.ws_bytes_in);
+    w.field("bytes_out", s.ws_bytes_out);
+    json_object c{w.key("closes")};
+    c.field("normal", s.ws_closes_normal);
+    c.field("protocol", s.ws_closes_protocol);
+    c.field("dropped", s.ws_closes_dropped);
+    c.field("other", s.ws_closes_other);
+  }
+  {
     json_object l{o.key("latency_us")};
     const std::uint64_t n = histogram_count(s);
     l.field("count", n);
@@ -522,6 +538,32 @@ std::string render_prometheus(std::span<const pair_stats_snapshot> pairs,
   per_pair(out, pairs, "cadeloop_access_log_dropped_total", "counter",
            "Access log lines dropped because the log queue was full.",
            [](const snap& s) { return s.access_log_dropped; });
+  per_pair(out, pairs, "cadeloop_websockets_open", "gauge", "Accepted WebSockets open now.",
+           [](const snap& s) { return s.ws_open; });
+  per_pair_labelled(
+      out, pairs, "cadeloop_websocket_upgrades_total", "counter",
+      "WebSocket upgrade requests by outcome: accepted by the app (101), rejected as a bad "
+      "handshake by the I/O thread (400/426), denied by the app (or left by the client first).",
+      {{"outcome=\"accepted\"", [](const snap& s) { return s.ws_upgrades_accepted; }},
+       {"outcome=\"rejected\"", [](const snap& s) { return s.ws_upgrades_rejected; }},
+       {"outcome=\"denied\"", [](const snap& s) { return s.ws_upgrades_denied; }}});
+  per_pair_labelled(out, pairs, "cadeloop_websocket_messages_total", "counter",
+                    "WebSocket messages: in (handed to the app), out (sent by the app).",
+                    {{"direction=\"in\"", [](const snap& s) { return s.ws_messages_in; }},
+                     {"direction=\"out\"", [](const snap& s) { return s.ws_messages_out; }}});
+  per_pair_labelled(
+      out, pairs, "cadeloop_websocket_message_bytes_total", "counter",
+      "WebSocket payload bytes (uncompressed): in (handed to the app), out (sent by the app).",
+      {{"direction=\"in\"", [](const snap& s) { return s.ws_bytes_in; }},
+       {"direction=\"out\"", [](const snap& s) { return s.ws_bytes_out; }}});
+  per_pair_labelled(
+      out, pairs, "cadeloop_websocket_closes_total", "counter",
+      "Ends of accepted WebSockets by close code class: normal (1000, 1001), protocol (1002, "
+      "1007, 1009), dropped (1006), other (1005, 1011, 1012, 3000-4999, ...).",
+      {{"class=\"normal\"", [](const snap& s) { return s.ws_closes_normal; }},
+       {"class=\"protocol\"", [](const snap& s) { return s.ws_closes_protocol; }},
+       {"class=\"dropped\"", [](const snap& s) { return s.ws_closes_dropped; }},
+       {"class=\"other\"", [](const snap& s) { return s.ws_closes_other; }}});
   histogram(out, pairs);
   return out;
 }

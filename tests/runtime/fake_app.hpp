@@ -217,6 +217,8 @@ class fake_app {
         break;
       case runtime::inbound_kind::drained:
       case runtime::inbound_kind::peer_eof:
+      case runtime::inbound_kind::ws_message:
+      case runtime::inbound_kind::ws_close:
         break;
     }
     recycle(m);

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace cadeloop::runtime {
 
@@ -29,7 +30,9 @@ namespace cadeloop::runtime {
 /// Per connection, messages arrive in this order: `request` (seq 0), its body
 /// pieces if any, `request` (seq 1), ... interleaved with `drained`; a
 /// connection that produced a `request` ends with exactly one `disconnect`
-/// (at most one `peer_eof` may come before it).
+/// (at most one `peer_eof` may come before it). A WebSocket upgrade
+/// (`info.websocket`) has no body; once accepted, `ws_message`s follow, then
+/// at most one `ws_close`, then the `disconnect`.
 struct inbound_message {
   inbound_kind kind = inbound_kind::disconnect;
   /// The connection; use it (and `request`) in every reply.
@@ -41,10 +44,16 @@ struct inbound_message {
   /// request: addresses and flags (`has_body`; `server_closing`: the server
   /// drains, answer with `Connection: close` (response_encoder's request_context::server_closing)).
   net::request_info info{};
-  /// body: the bytes (report them with `app_side::consumed` once used).
+  /// body: the bytes (report them with `app_side::consumed` once used);
+  /// ws_message: the message (report it with `app_side::ws_consumed` once
+  /// taken); ws_close: the reason (UTF-8 as the client sent it).
   net::byte_buffer body;
   /// body: more pieces follow.
   bool more_body = false;
+  /// ws_message: a text message (its bytes are valid UTF-8).
+  bool text = false;
+  /// ws_close: the close code (1005: the client sent none; 1006: the connection dropped).
+  std::uint16_t code = 0;
   /// drained: bytes still unsent on the connection (<= the low mark).
   std::uint64_t unsent = 0;
 };
@@ -136,6 +145,21 @@ class app_side {
   /// Stages a head to give back to the I/O thread's parser pool. Throws
   /// std::bad_alloc before taking `head`. App thread.
   void recycle(net::connection_id conn, std::unique_ptr<http::request_head>&& head);
+
+  /// Stages "accept the WebSocket upgrade `request` of `conn`" with the chosen
+  /// `subprotocol` ("" for none; at most 65535 bytes) and `extra_headers`
+  /// ("name: value\r\n" lines) for the 101 response (see
+  /// net::http_server::ws_accept). May throw std::bad_alloc. App thread.
+  void ws_accept(net::connection_id conn, std::uint32_t request, std::string_view subprotocol,
+                 std::string_view extra_headers);
+  /// Stages one WebSocket message. `notify_drained` as for `send`. Throws
+  /// std::bad_alloc before taking `payload`. App thread.
+  void ws_send(net::connection_id conn, net::byte_buffer&& payload, bool text, bool notify_drained);
+  /// Stages "the app took one `ws_message` of `conn`". May throw std::bad_alloc. App thread.
+  void ws_consumed(net::connection_id conn);
+  /// Stages "close the WebSocket `conn` with `code` and `reason`". May throw
+  /// std::bad_alloc. App thread.
+  void ws_close(net::connection_id conn, std::uint16_t code, std::string_view reason);
 
   /// Publishes everything staged and wakes the I/O thread if it is parked.
   /// Returns how many messages were published. Call it once per pass of the

@@ -34,44 +34,58 @@ enum class inbound_kind : std::uint8_t {
   peer_eof,    ///< the client closed its sending side while requests were in flight: it may be gone
                ///< (long-poll and streaming apps treat it as http.disconnect); answers may still be
                ///< sent
+  ws_message,  ///< one whole message of an accepted WebSocket (`text`: a text frame's UTF-8)
+  ws_close,    ///< an accepted WebSocket ended: `code` and the reason's bytes; before `disconnect`
 };
 
 /// The raw inbound ring item. Plain data: `data` is an `http::request_head*`
-/// (request) or bytes from `new char[]` (body), owned by whoever holds the
-/// item. Internal to the core pair; the app sees `inbound_message`.
+/// (request) or bytes from `new char[]` (body, ws_message, ws_close's
+/// reason), owned by whoever holds the item. Internal to the core pair; the
+/// app sees `inbound_message`.
 struct inbound_event {
   inbound_kind kind = inbound_kind::disconnect;
   bool more_body = false;
   bool has_body = false;
   bool server_closing = false;
   bool tls = false;
+  bool websocket = false;  ///< request: a valid WebSocket upgrade (request_info::websocket)
+  bool text = false;       ///< ws_message: a text message
+  std::uint16_t code = 0;  ///< ws_close: the close code
   std::uint32_t request = 0;
   net::connection_id conn{};
   void* data = nullptr;
-  std::uint64_t size = 0;  ///< body: byte count; drained: unsent bytes
+  std::uint64_t size = 0;  ///< body, ws_message, ws_close: byte count; drained: unsent bytes
   net::socket_address client{};
   net::socket_address server{};
 };
 
 /// What an outbound command (app thread -> I/O thread) does.
 enum class outbound_kind : std::uint8_t {
-  send,      ///< response bytes for a request (optionally ending it)
-  consumed,  ///< the app consumed `size` body bytes (request-body credit)
-  close,     ///< close after what was sent; requests in flight are abandoned
-  abort,     ///< close now, dropping unsent bytes
-  recycle,   ///< a request head given back for reuse
+  send,         ///< response bytes for a request (optionally ending it)
+  consumed,     ///< the app consumed `size` body bytes (request-body credit)
+  close,        ///< close after what was sent; requests in flight are abandoned
+  abort,        ///< close now, dropping unsent bytes
+  recycle,      ///< a request head given back for reuse
+  ws_accept,    ///< accept the WebSocket upgrade `request`: `data` holds the subprotocol
+                ///< (`code` bytes) and then the extra header lines ("name: value\r\n" each)
+  ws_send,      ///< one WebSocket message (`text`; `notify_drained` as for send)
+  ws_consumed,  ///< the app took one WebSocket message (reading resumes under the queue limit)
+  ws_close,     ///< start the close handshake with `code` and the reason in `data`
 };
 
 /// The raw outbound ring item. Plain data: `data` is bytes from `new char[]`
-/// (send), `head` an `http::request_head*` (recycle, or returned along with a
-/// send). Internal to the core pair.
+/// (send, ws_accept, ws_send, ws_close), `head` an `http::request_head*`
+/// (recycle, or returned along with a send). Internal to the core pair.
 struct outbound_command {
   outbound_kind kind = outbound_kind::send;
   bool end_of_response = false;
   bool keep_alive = true;
   bool notify_drained = false;
+  bool text = false;  ///< ws_send: a text message
   std::uint16_t status =
       0;  ///< send: the response's final status, with the send that carries its head
+  /// ws_close: the close code; ws_accept: the subprotocol's length (it opens `data`).
+  std::uint16_t code = 0;
   std::uint32_t request = 0;
   net::connection_id conn{};
   char* data = nullptr;

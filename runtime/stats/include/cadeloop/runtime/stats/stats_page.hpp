@@ -146,6 +146,20 @@ struct pair_stats_snapshot {
   std::uint64_t accept_pauses = 0;
   std::uint64_t write_calls = 0;
   std::uint64_t access_log_dropped = 0;
+  // WebSockets (I/O thread): payload messages and bytes, closes by class.
+  std::uint64_t ws_open = 0;               ///< accepted WebSockets open now
+  std::uint64_t ws_upgrades_accepted = 0;  ///< upgrades the app accepted (101)
+  std::uint64_t ws_upgrades_rejected = 0;  ///< bad handshakes answered 400/426
+  std::uint64_t ws_upgrades_denied =
+      0;  ///< valid upgrades the app denied (or the client left first)
+  std::uint64_t ws_messages_in = 0;
+  std::uint64_t ws_messages_out = 0;
+  std::uint64_t ws_bytes_in = 0;
+  std::uint64_t ws_bytes_out = 0;
+  std::uint64_t ws_closes_normal = 0;    ///< 1000, 1001
+  std::uint64_t ws_closes_protocol = 0;  ///< 1002, 1007, 1009
+  std::uint64_t ws_closes_dropped = 0;   ///< 1006
+  std::uint64_t ws_closes_other = 0;     ///< 1005, 1011, 1012, 3000+, ...
   std::uint64_t io_passes = 0;
   std::uint64_t io_parks = 0;
   std::uint64_t spins = 0;
