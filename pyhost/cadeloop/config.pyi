@@ -47,6 +47,12 @@ class Config:
     body_window: int | str  # request body bytes handed to the app and not yet read before reading pauses
     send_high_mark: int | str  # response bytes per connection after which send() waits for the client
     drain_low_mark: int | str  # unsent response bytes per connection at or below which a waiting send() resumes
+    ws: str  # WebSockets: auto or on (served), off (an upgrade is an ordinary http request); uvicorn's names are taken too: none is off, websockets, wsproto and websockets-sansio are on
+    ws_max_size: int | str  # largest WebSocket message a client may send, after decompression (closed with 1009 above)
+    ws_max_queue: int  # WebSocket messages received and not yet taken by the app before reading pauses
+    ws_ping_interval: float | str  # a WebSocket ping is sent after this long without a frame from the client (0: never)
+    ws_ping_timeout: float | str  # a WebSocket client silent this long after a ping is dropped (the app sees 1006)
+    ws_per_message_deflate: bool  # offer permessage-deflate compression (RFC 7692) to WebSocket clients that ask
     log_level: str  # least severe server log message shown
     log_config: str | None  # logging configuration file as uvicorn reads it: dictConfig .json or .yaml/.yml (needs PyYAML), else fileConfig .ini
     access_log: bool  # write one access log line per response
@@ -93,6 +99,12 @@ class Config:
         body_window: int | str = 262144,
         send_high_mark: int | str = 1048576,
         drain_low_mark: int | str = 65536,
+        ws: str = 'auto',
+        ws_max_size: int | str = 16777216,
+        ws_max_queue: int = 32,
+        ws_ping_interval: float | str = 20.0,
+        ws_ping_timeout: float | str = 20.0,
+        ws_per_message_deflate: bool = True,
         log_level: str = 'info',
         log_config: str | None = None,
         access_log: bool = False,
