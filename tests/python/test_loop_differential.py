@@ -374,9 +374,23 @@ def test_sock_call_on_a_closed_socket_and_on_its_reused_fd() -> None:
             await loop.sock_recv(a, 10)
         except BaseException as exc:  # noqa: BLE001
             out.append(("recv on closed", type(exc).__name__, str(exc)))
-        c, d = socket.socketpair()
+        # The fd number is reused for a new socket on both loops alike: the
+        # lowest free number is not always this one (another fd may have
+        # been opened meanwhile), so the reuse is made explicit with dup2.
+        first, d = socket.socketpair()
         if d.fileno() == fd:
-            c, d = d, c
+            first, d = d, first
+        if first.fileno() == fd:
+            c = first
+        else:
+            try:
+                os.fstat(fd)
+            except OSError:  # free: reuse it
+                os.dup2(first.fileno(), fd)
+                c = socket.socket(fileno=fd)
+                first.close()
+            else:  # another fd took it: never clobber that one (the transcript says so)
+                c = first
         c.setblocking(False)
         out.append(("fd reused", c.fileno() == fd))
         new = asyncio.ensure_future(loop.sock_recv(c, 10))
