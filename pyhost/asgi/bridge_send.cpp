@@ -30,6 +30,38 @@ PyObject* get_item(PyObject* message, PyObject* key) {
 }
 }  // namespace
 
+PyObject* header_pair_list(PyObject* headers, const char* event) {
+  PyObject* list = headers == nullptr ? PyList_New(0) : PySequence_List(headers);
+  if (list == nullptr) {
+    if (headers != nullptr) {
+      PyErr_Format(PyExc_TypeError, "'headers' in '%s' must be an iterable, got %.100s", event,
+                   Py_TYPE(headers)->tp_name);
+    }
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
+    PyObject* item = PyList_GET_ITEM(list, i);
+    PyObject* pair = PySequence_Check(item) && !PyBytes_Check(item) && !PyUnicode_Check(item)
+                         ? PySequence_Tuple(item)
+                         : nullptr;
+    PyErr_Clear();
+    const bool good = pair != nullptr && PyTuple_GET_SIZE(pair) == 2 &&
+                      PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) &&
+                      PyBytes_Check(PyTuple_GET_ITEM(pair, 1));
+    if (!good) {
+      PyErr_Format(PyExc_TypeError,
+                   "header %zd in '%s' must be a (name, value) pair of bytes, got %R", i, event,
+                   item);
+      Py_XDECREF(pair);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    PyList_SET_ITEM(list, i, pair);  // replaces item, whose reference the list held
+    Py_DECREF(item);
+  }
+  return list;
+}
+
 PyMethodDef send_def = {"send", request_send, METH_O,
                         "send(message) -> awaitable: one ASGI response message."};
 
@@ -98,44 +130,12 @@ PyObject* bridge::send_start(request_object* r, PyObject* message) {
     return nullptr;
   }
   PyObject* headers = get_item(message, n_.headers);
-  PyObject* list = nullptr;
-  if (headers == nullptr) {
-    if (PyErr_Occurred()) {
-      return nullptr;
-    }
-    list = PyList_New(0);
-  } else {
-    list = PySequence_List(headers);
-    if (list == nullptr) {
-      PyErr_Format(PyExc_TypeError,
-                   "'headers' in 'http.response.start' must be an iterable, got %.100s",
-                   Py_TYPE(headers)->tp_name);
-      return nullptr;
-    }
-  }
-  if (list == nullptr) {
+  if (headers == nullptr && PyErr_Occurred()) {
     return nullptr;
   }
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
-    PyObject* item = PyList_GET_ITEM(list, i);
-    PyObject* pair = PySequence_Check(item) && !PyBytes_Check(item) && !PyUnicode_Check(item)
-                         ? PySequence_Tuple(item)
-                         : nullptr;
-    PyErr_Clear();
-    const bool good = pair != nullptr && PyTuple_GET_SIZE(pair) == 2 &&
-                      PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) &&
-                      PyBytes_Check(PyTuple_GET_ITEM(pair, 1));
-    if (!good) {
-      PyErr_Format(
-          PyExc_TypeError,
-          "header %zd in 'http.response.start' must be a (name, value) pair of bytes, got %R", i,
-          item);
-      Py_XDECREF(pair);
-      Py_DECREF(list);
-      return nullptr;
-    }
-    PyList_SET_ITEM(list, i, pair);  // replaces item, whose reference the list held
-    Py_DECREF(item);
+  PyObject* list = header_pair_list(headers, "http.response.start");
+  if (list == nullptr) {
+    return nullptr;
   }
   r->started = true;
   r->status = static_cast<unsigned>(code);

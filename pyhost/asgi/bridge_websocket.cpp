@@ -381,49 +381,30 @@ PyObject* bridge::ws_accept(request_object* r, PyObject* message) {
   if (headers == nullptr && PyErr_Occurred()) {
     return nullptr;
   }
+  PyObject* list = header_pair_list(headers, "websocket.accept");
+  if (list == nullptr) {
+    return nullptr;
+  }
   scratch_.clear();
-  if (headers != nullptr) {
-    PyObject* list = PySequence_List(headers);
-    if (list == nullptr) {
-      PyErr_Format(PyExc_TypeError,
-                   "'headers' in 'websocket.accept' must be an iterable, got %.100s",
-                   Py_TYPE(headers)->tp_name);
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
+    PyObject* pair = PyList_GET_ITEM(list, i);
+    const std::string_view name = bytes_view(PyTuple_GET_ITEM(pair, 0));
+    const std::string_view value = bytes_view(PyTuple_GET_ITEM(pair, 1));
+    bool valid = !name.empty() && is_field_value(value);
+    for (const char c : name) {
+      valid = valid && is_token_char(static_cast<unsigned char>(c));
+    }
+    if (!valid) {
+      PyErr_Format(PyExc_ValueError,
+                   "header %zd in 'websocket.accept' must be a (name, value) pair of bytes "
+                   "(a token and a value without CR/LF), got %R",
+                   i, pair);
+      Py_DECREF(list);
       return nullptr;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
-      PyObject* item = PyList_GET_ITEM(list, i);
-      PyObject* pair = PySequence_Check(item) && !PyBytes_Check(item) && !PyUnicode_Check(item)
-                           ? PySequence_Tuple(item)
-                           : nullptr;
-      PyErr_Clear();
-      const bool good = pair != nullptr && PyTuple_GET_SIZE(pair) == 2 &&
-                        PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) &&
-                        PyBytes_Check(PyTuple_GET_ITEM(pair, 1));
-      std::string_view name;
-      std::string_view value;
-      bool valid = good;
-      if (good) {
-        name = bytes_view(PyTuple_GET_ITEM(pair, 0));
-        value = bytes_view(PyTuple_GET_ITEM(pair, 1));
-        valid = !name.empty() && is_field_value(value);
-        for (const char c : name) {
-          valid = valid && is_token_char(static_cast<unsigned char>(c));
-        }
-      }
-      if (!valid) {
-        PyErr_Format(good ? PyExc_ValueError : PyExc_TypeError,
-                     "header %zd in 'websocket.accept' must be a (name, value) pair of bytes "
-                     "(a token and a value without CR/LF), got %R",
-                     i, item);
-        Py_XDECREF(pair);
-        Py_DECREF(list);
-        return nullptr;
-      }
-      scratch_.append(name).append(": ").append(value).append("\r\n");
-      Py_DECREF(pair);
-    }
-    Py_DECREF(list);
+    scratch_.append(name).append(": ").append(value).append("\r\n");
   }
+  Py_DECREF(list);
   try {
     side_.ws_accept(r->conn, r->seq, subprotocol, scratch_);
   } catch (const std::bad_alloc&) {

@@ -21,6 +21,12 @@ struct ready_object {
 extern PyMethodDef receive_def;
 extern PyMethodDef send_def;
 
+/// The `headers` of an ASGI message as a new list of (bytes, bytes) tuples:
+/// an empty list for NULL (absent), else every item of the iterable turned
+/// into a 2-tuple of bytes. NULL with a TypeError naming `event` and the
+/// item's index when the value is not such an iterable (bridge_send.cpp).
+PyObject* header_pair_list(PyObject* headers, const char* event);
+
 /// The error of a receive()/send() whose bridge is gone; returns NULL.
 inline PyObject* bridge_gone() {
   PyErr_SetString(PyExc_OSError, "the server is gone");

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import signal
+import re
 import socket
 import subprocess
 import sys
@@ -241,6 +242,19 @@ def test_exception_before_accept_is_500(server) -> None:
         connect(ws_url(srv, "/raise-before"))
     assert info.value.response.status_code == 500
     srv.wait_log("boom before accept")
+
+
+@pytest.mark.parametrize(("query", "error"), [
+    ("type", "TypeError: header 0 in 'websocket.accept' must be a (name, value) pair of bytes"),
+    ("value", "ValueError: header 0 in 'websocket.accept' must be a (name, value) pair of bytes "
+              "(a token and a value without CR/LF)"),
+])
+def test_bad_accept_header_raises_in_send_and_is_500(server, query: str, error: str) -> None:
+    srv, _ = server
+    with pytest.raises(InvalidStatus) as info:
+        connect(ws_url(srv, "/bad-accept-header") + "?" + query)
+    assert info.value.response.status_code == 500
+    srv.wait_log(re.escape(error))
 
 
 def test_exception_after_accept_is_1011(server) -> None:

@@ -94,6 +94,17 @@ async def no_accept(scope, receive, send):
     await receive()
 
 
+async def bad_accept_header(scope, receive, send):
+    """websocket.accept with the header the query names: ?type (not bytes) or ?value (CR/LF)."""
+    await receive()
+    bad = (b"x-ok", "text") if scope["query_string"] == b"type" else (b"x-ok", b"a\r\nb")
+    try:
+        await send({"type": "websocket.accept", "headers": [bad]})
+    except (TypeError, ValueError) as exc:
+        record(path=scope["path"], error=f"{type(exc).__name__}: {exc}")
+        raise
+
+
 async def raise_before(scope, receive, send):
     await receive()
     raise RuntimeError("boom before accept")
@@ -182,7 +193,7 @@ async def hold(scope, receive, send):
 
 ROUTES = {
     "/echo": echo, "/scope": scope_view, "/deny": deny, "/deny-custom": deny_custom,
-    "/no-accept": no_accept, "/raise-before": raise_before, "/raise-after": raise_after,
+    "/no-accept": no_accept, "/raise-before": raise_before, "/bad-accept-header": bad_accept_header, "/raise-after": raise_after,
     "/return-after-accept": return_after_accept, "/send-after-close": send_after_close,
     "/send-after-own-close": send_after_own_close, "/slow": slow, "/flood": flood, "/hold": hold,
 }
