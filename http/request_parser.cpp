@@ -631,9 +631,11 @@ int request_parser::on_headers_complete() {
   // llhttp sets `upgrade` for any Upgrade + Connection: upgrade. Only a
   // body-less WebSocket GET switches protocols; any other upgrade (h2c, ...)
   // is refused by not switching: clearing the flag makes llhttp carry on with
-  // this as an ordinary request instead of pausing after it.
+  // this as an ordinary request instead of pausing after it. An HTTP/1.0
+  // WebSocket GET is flagged too, so the handshake check answers it 400
+  // (RFC 6455 4.1: the handshake needs HTTP/1.1) instead of the app.
   websocket_ = parser_.upgrade != 0 && websocket_token_ && (flags & F_CONNECTION_UPGRADE) != 0 &&
-               h.method_ == request_method::get && h.version_minor_ == 1 &&
+               h.method_ == request_method::get &&
                (h.framing_ == body_framing::none ||
                 (h.framing_ == body_framing::content_length && h.content_length_ == 0));
   parser_.upgrade = websocket_ ? 1 : 0;
