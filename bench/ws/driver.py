@@ -166,35 +166,49 @@ def start(server: Server, port: int, args: argparse.Namespace):
     return proc, f"did not start: {err.strip()}"
 
 
-def run_load(port: int, w: Workload, duration: float, warmup: float, load_cpu: int) -> dict:
+def run_load(port: int, w: Workload, duration: float, warmup: float, load_cpu: int,
+             at_start=lambda: None, at_end=lambda: None) -> dict:
+    """One ws_load run; `at_start` and `at_end` are called when its measured window opens and closes."""
     argv = ["taskset", "-c", str(load_cpu), str(WS_LOAD), "--port", str(port), "--connections", str(w.connections),
             "--size", str(w.size), "--inflight", str(w.inflight), "--duration", str(duration),
             "--warmup", str(warmup)]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + warmup + 90)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "measure":
+            at_start()
+            continue
+        at_end()
+        lines.append(line)
+        break
+    out, err = proc.communicate(timeout=duration + warmup + 90)
+    lines.append(out)
     try:
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return json.loads("".join(lines).strip().splitlines()[0])
     except (ValueError, IndexError):
-        return {"error": f"ws_load: {out.stdout[-200:]} {out.stderr[-200:]}"}
+        return {"error": f"ws_load: {''.join(lines)[-200:]} {err[-200:]}"}
 
 
 def one_run(server: Server, proc, port: int, w: Workload, args: argparse.Namespace) -> Result:
-    before = http_driver.cpu_seconds(proc.pid)
-    steal0 = http_driver.steal_seconds(args.server_cpu)
-    lsteal0 = http_driver.steal_seconds(args.load_cpu)
-    t0 = time.monotonic()
-    figures = run_load(port, w, args.duration, args.warmup, args.load_cpu)
-    # The client's warm-up is inside its run: CPU is scaled to the measured window below.
-    wall = time.monotonic() - t0
-    after = http_driver.cpu_seconds(proc.pid)
+    marks: dict[str, float] = {}
+
+    def sample(name: str) -> None:
+        marks[name] = http_driver.cpu_seconds(proc.pid)
+        marks[name + "_steal"] = http_driver.steal_seconds(args.server_cpu)
+        marks[name + "_lsteal"] = http_driver.steal_seconds(args.load_cpu)
+        marks[name + "_t"] = time.monotonic()
+
+    figures = run_load(port, w, args.duration, args.warmup, args.load_cpu, lambda: sample("a"), lambda: sample("b"))
     r = Result(server.name, w.name, msgs_per_s=figures.get("msgs_per_s", 0.0), messages=figures.get("messages", 0),
                p50_us=figures.get("p50_us", 0.0), p99_us=figures.get("p99_us", 0.0),
-               steal_share=(http_driver.steal_seconds(args.server_cpu) - steal0) / wall,
-               load_steal_share=(http_driver.steal_seconds(args.load_cpu) - lsteal0) / wall,
                errors=str(figures.get("error", "")))
-    # CPU per message: the server's CPU over the whole client run divided by the messages of
-    # the whole run (the measured rate times the run's wall time, warm-up included).
-    total_messages = r.msgs_per_s * wall
-    r.cpu_s = (after - before) * (r.messages / total_messages) if total_messages else 0.0
+    if "a" in marks and "b" in marks:
+        # The server's CPU over exactly the client's measured window.
+        wall = max(marks["b_t"] - marks["a_t"], 1e-9)
+        r.cpu_s = marks["b"] - marks["a"]
+        r.steal_share = (marks["b_steal"] - marks["a_steal"]) / wall
+        r.load_steal_share = (marks["b_lsteal"] - marks["a_lsteal"]) / wall
     print(f"  {server.name:40} {w.name:44} {r.msgs_per_s:10.0f} msg/s {r.cpu_us_per_message:7.2f} us CPU/msg "
           f"p50 {r.p50_us:6.0f} us  steal {100 * r.steal_share:.1f}%/{100 * r.load_steal_share:.1f}%  {r.errors}",
           flush=True)
@@ -325,8 +339,8 @@ def write_report(results: list[Result], idle: list[dict], args: argparse.Namespa
         f"- load average (1, 5, 15 min) at the start: {loads[0]}; at the end: {loads[1]}",
         f"- server on CPU {args.server_cpu}, ws_load (C++, one thread, epoll) on CPU {args.load_cpu}; each run "
         f"{args.duration} s measured after {args.warmup} s warm-up, {args.rounds} rounds, servers in turn",
-        "- CPU/msg: utime+stime of the server's process tree (/proc/PID/stat) over the client's run, "
-        "divided by the messages echoed in it",
+        "- CPU/msg: utime+stime of the server's process tree (/proc/PID/stat), read when the client's "
+        "measured window opens and closes, divided by the messages echoed in that window",
         "- steal: share of the run during which the hypervisor ran something else on the server's CPU / "
         "the client's CPU (/proc/stat)", "",
         "| workload | server | round | msgs/s | CPU µs/msg | p50 µs | p99 µs | steal | errors |",

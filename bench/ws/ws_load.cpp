@@ -12,8 +12,9 @@
 //   ws_load --port 8000 --connections 1 --size 1024 --inflight 32 --duration 5
 //   ws_load --port 8000 --connections 10000 --idle   # opens them, prints "open N", waits for EOF on stdin
 //
-// Prints one JSON object: messages echoed in the measured window, msgs/s,
-// latency p50/p99 in microseconds, and errors.
+// Prints "measure" when the measured window opens, then one JSON object when
+// it closes: messages echoed in the window, msgs/s, latency p50/p99 in
+// microseconds, and errors.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -121,6 +122,9 @@ class load {
           measuring_ = true;
           counted_ = 0;
           measure_start_ = now;
+          // The driver reads the server's CPU time at this line and at the result.
+          std::printf("measure\n");
+          std::fflush(stdout);
         }
         if (measuring_ && std::chrono::duration<double>(now - measure_start_).count() >= opt_.duration) {
           report(std::chrono::duration<double>(now - measure_start_).count());
