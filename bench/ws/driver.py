@@ -121,11 +121,17 @@ class Result:
     steal_share: float = 0.0
     load_steal_share: float = 0.0
     round: int = 0
+    window_s: float = 0.0  # the measured window, as the driver timed it
     errors: str = ""
 
     @property
     def cpu_us_per_message(self) -> float:
         return 1e6 * self.cpu_s / self.messages if self.messages else float("nan")
+
+    @property
+    def server_cpu_share(self) -> float:
+        """Share of one CPU the server used in the window: near 1 when the server was the limit."""
+        return self.cpu_s / self.window_s if self.window_s else float("nan")
 
     def quiet(self, max_steal: float) -> bool:
         return bool(self.messages) and max(self.steal_share, self.load_steal_share) < max_steal
@@ -155,9 +161,13 @@ def raise_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def niced(argv: list[str], nice: int) -> list[str]:
+    return ["nice", "-n", str(nice), *argv] if nice else argv
+
+
 def start(server: Server, port: int, args: argparse.Namespace):
     env = dict(os.environ, PYTHONPATH=str(HERE))
-    proc = subprocess.Popen(["taskset", "-c", str(args.server_cpu), *server.argv], cwd=HERE, env=env,
+    proc = subprocess.Popen(niced(["taskset", "-c", str(args.server_cpu), *server.argv], args.nice), cwd=HERE, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     if http_driver.wait_port(port, proc):
         return proc, ""
@@ -167,12 +177,12 @@ def start(server: Server, port: int, args: argparse.Namespace):
 
 
 def run_load(port: int, w: Workload, duration: float, warmup: float, load_cpu: int,
-             at_start=lambda: None, at_end=lambda: None) -> dict:
+             at_start=lambda: None, at_end=lambda: None, nice: int = 0) -> dict:
     """One ws_load run; `at_start` and `at_end` are called when its measured window opens and closes."""
     argv = ["taskset", "-c", str(load_cpu), str(WS_LOAD), "--port", str(port), "--connections", str(w.connections),
             "--size", str(w.size), "--inflight", str(w.inflight), "--duration", str(duration),
             "--warmup", str(warmup)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(niced(argv, nice), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -199,7 +209,8 @@ def one_run(server: Server, proc, port: int, w: Workload, args: argparse.Namespa
         marks[name + "_lsteal"] = http_driver.steal_seconds(args.load_cpu)
         marks[name + "_t"] = time.monotonic()
 
-    figures = run_load(port, w, args.duration, args.warmup, args.load_cpu, lambda: sample("a"), lambda: sample("b"))
+    figures = run_load(port, w, args.duration, args.warmup, args.load_cpu, lambda: sample("a"), lambda: sample("b"),
+                       args.nice)
     r = Result(server.name, w.name, msgs_per_s=figures.get("msgs_per_s", 0.0), messages=figures.get("messages", 0),
                p50_us=figures.get("p50_us", 0.0), p99_us=figures.get("p99_us", 0.0),
                errors=str(figures.get("error", "")))
@@ -207,10 +218,11 @@ def one_run(server: Server, proc, port: int, w: Workload, args: argparse.Namespa
         # The server's CPU over exactly the client's measured window.
         wall = max(marks["b_t"] - marks["a_t"], 1e-9)
         r.cpu_s = marks["b"] - marks["a"]
+        r.window_s = wall
         r.steal_share = (marks["b_steal"] - marks["a_steal"]) / wall
         r.load_steal_share = (marks["b_lsteal"] - marks["a_lsteal"]) / wall
     print(f"  {server.name:40} {w.name:44} {r.msgs_per_s:10.0f} msg/s {r.cpu_us_per_message:7.2f} us CPU/msg "
-          f"p50 {r.p50_us:6.0f} us  steal {100 * r.steal_share:.1f}%/{100 * r.load_steal_share:.1f}%  {r.errors}",
+          f"p50 {r.p50_us:6.0f} us  server CPU {100 * r.server_cpu_share:3.0f}%  steal {100 * r.steal_share:.1f}%/{100 * r.load_steal_share:.1f}%  {r.errors}",
           flush=True)
     return r
 
@@ -230,7 +242,7 @@ def measure(keys: list[str], workloads: list[Workload], args: argparse.Namespace
             started.append((server, proc, port))
         for w in workloads:
             for server, proc, port in started:
-                run_load(port, w, 1.0, 0.5, args.load_cpu)  # warm-up, not counted
+                run_load(port, w, 1.0, 0.5, args.load_cpu, nice=args.nice)  # warm-up, not counted
             for rnd in range(args.rounds):
                 for server, proc, port in started:
                     r = one_run(server, proc, port, w, args)
@@ -263,11 +275,11 @@ def idle_memory(key: str, args: argparse.Namespace) -> dict:
         return {"server": server.name, "error": error}
     try:
         # Warm the server's paths (and its allocator) with a short echo run first.
-        run_load(args.port, Workload("warm", "warm", 64, 64), 1.0, 0.2, args.load_cpu)
+        run_load(args.port, Workload("warm", "warm", 64, 64), 1.0, 0.2, args.load_cpu, nice=args.nice)
         time.sleep(0.5)
         base = uss_bytes(proc.pid)
-        client = subprocess.Popen(["taskset", "-c", str(args.load_cpu), str(WS_LOAD), "--port", str(args.port),
-                                   "--connections", str(args.idle_connections), "--idle"],
+        client = subprocess.Popen(niced(["taskset", "-c", str(args.load_cpu), str(WS_LOAD), "--port", str(args.port),
+                                         "--connections", str(args.idle_connections), "--idle"], args.nice),
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = client.stdout.readline().split()  # "open N failed M"
         time.sleep(2.0)  # let the app side settle (each connection's task is waiting in receive())
@@ -293,18 +305,19 @@ def medians(results: list[Result], max_steal: float) -> list[str]:
     lines = ["", f"Medians over the rounds with steal under {100 * max_steal:.0f} % on both CPUs "
              "(ratios: this server against each peer, paired within a round, median over the rounds where both "
              "runs were quiet):", "",
-             "| workload | server | quiet runs | msgs/s | CPU µs/msg | p50 µs | p99 µs |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| workload | server | quiet runs | msgs/s | CPU µs/msg | server CPU share | p50 µs | p99 µs |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for w in dict.fromkeys(r.workload for r in results):
         for s in dict.fromkeys(r.server for r in results if r.workload == w):
             runs = [r for r in results if r.workload == w and r.server == s]
             quiet = [r for r in runs if r.quiet(max_steal)]
             if not quiet:
-                lines.append(f"| {w} | {s} | 0 / {len(runs)} | | | | |")
+                lines.append(f"| {w} | {s} | 0 / {len(runs)} | | | | | |")
                 continue
             lines.append(f"| {w} | {s} | {len(quiet)} / {len(runs)} | "
                          f"{statistics.median(r.msgs_per_s for r in quiet):.0f} | "
                          f"{statistics.median(r.cpu_us_per_message for r in quiet):.2f} | "
+                         f"{100 * statistics.median(r.server_cpu_share for r in quiet):.0f}% | "
                          f"{statistics.median(r.p50_us for r in quiet):.0f} | "
                          f"{statistics.median(r.p99_us for r in quiet):.0f} |")
     lines += ["", "| workload | cadeloop against | rounds | msgs/s ratio, median (min–max) | "
@@ -342,13 +355,17 @@ def write_report(results: list[Result], idle: list[dict], args: argparse.Namespa
         "- CPU/msg: utime+stime of the server's process tree (/proc/PID/stat), read when the client's "
         "measured window opens and closes, divided by the messages echoed in that window",
         "- steal: share of the run during which the hypervisor ran something else on the server's CPU / "
-        "the client's CPU (/proc/stat)", "",
-        "| workload | server | round | msgs/s | CPU µs/msg | p50 µs | p99 µs | steal | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "the client's CPU (/proc/stat)",
+        "- server CPU share: the server's CPU time over the window's length; well under 100 % means the server "
+        "was not the limit (the client, or other work on the machine, was), so msgs/s then says less than CPU/msg",
+        f"- nice: {args.nice} (server and client; a negative value gives them precedence over other work "
+        "on a shared machine)", "",
+        "| workload | server | round | msgs/s | CPU µs/msg | server CPU | p50 µs | p99 µs | steal | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         lines.append(f"| {r.workload} | {r.server} | {r.round} | {r.msgs_per_s:.0f} | {r.cpu_us_per_message:.2f} | "
-                     f"{r.p50_us:.0f} | {r.p99_us:.0f} | {100 * r.steal_share:.1f}% / "
+                     f"{100 * r.server_cpu_share:.0f}% | {r.p50_us:.0f} | {r.p99_us:.0f} | {100 * r.steal_share:.1f}% / "
                      f"{100 * r.load_steal_share:.1f}% | {r.errors} |")
     if results:
         lines += medians(results, args.quiet_steal)
@@ -385,6 +402,8 @@ def main() -> int:
     p.add_argument("--idle-connections", type=int, default=10000, help="0: skip the idle-memory measurement")
     p.add_argument("--quiet-steal", type=float, default=0.03)
     p.add_argument("--tag", default="servers", help="name part of the results file")
+    p.add_argument("--nice", type=int, default=0,
+                   help="run servers and client under `nice -n N` (negative, as root: precedence on a busy machine)")
     args = p.parse_args()
     if args.setup:
         setup()

@@ -10,7 +10,8 @@
 //
 //   ws_load --port 8000 --connections 64 --size 64 --duration 5 --warmup 1
 //   ws_load --port 8000 --connections 1 --size 1024 --inflight 32 --duration 5
-//   ws_load --port 8000 --connections 10000 --idle   # opens them, prints "open N", waits for EOF on stdin
+//   ws_load --port 8000 --connections 10000 --idle   # opens them, prints "open N", waits for EOF
+//   on stdin
 //
 // Prints "measure" when the measured window opens, then one JSON object when
 // it closes: messages echoed in the window, msgs/s, latency p50/p99 in
@@ -58,8 +59,8 @@ enum class phase : std::uint8_t { connecting, handshake, open, closed };
 struct conn {
   int fd = -1;
   phase state = phase::connecting;
-  std::string in;     // bytes read and not yet parsed
-  std::string out;    // bytes not yet written
+  std::string in;   // bytes read and not yet parsed
+  std::string out;  // bytes not yet written
   std::size_t out_off = 0;
   bool want_out = false;
   std::deque<clock_type::time_point> sent;  // send times of the messages in flight
@@ -77,7 +78,8 @@ std::string frame_for(std::size_t size, std::uint8_t opcode) {
   } else {
     f.push_back(static_cast<char>(0x80U | 127U));
     for (int i = 7; i >= 0; --i) {
-      f.push_back(static_cast<char>((static_cast<std::uint64_t>(size) >> (8U * static_cast<unsigned>(i))) & 0xFFU));
+      f.push_back(static_cast<char>(
+          (static_cast<std::uint64_t>(size) >> (8U * static_cast<unsigned>(i))) & 0xFFU));
     }
   }
   const unsigned char mask[4] = {0x37, 0xfa, 0x21, 0x3d};
@@ -126,12 +128,14 @@ class load {
           std::printf("measure\n");
           std::fflush(stdout);
         }
-        if (measuring_ && std::chrono::duration<double>(now - measure_start_).count() >= opt_.duration) {
+        if (measuring_ &&
+            std::chrono::duration<double>(now - measure_start_).count() >= opt_.duration) {
           report(std::chrono::duration<double>(now - measure_start_).count());
           return 0;
         }
         if (t > opt_.warmup + opt_.duration + 60.0) {
-          std::printf("{\"error\": \"timed out with %d of %d connections open\"}\n", open_, opt_.connections);
+          std::printf("{\"error\": \"timed out with %d of %d connections open\"}\n", open_,
+                      opt_.connections);
           return 1;
         }
       } else if (!announced && open_ + failed_ == opt_.connections && next == conns_.size()) {
@@ -142,7 +146,8 @@ class load {
       if (opt_.idle && !stdin_open) {
         return 0;
       }
-      if (!opt_.idle && failed_ > 0 && open_ + failed_ == opt_.connections && next == conns_.size()) {
+      if (!opt_.idle && failed_ > 0 && open_ + failed_ == opt_.connections &&
+          next == conns_.size()) {
         std::printf("{\"error\": \"%d connections failed: %s\"}\n", failed_, last_error_.c_str());
         return 1;
       }
@@ -155,7 +160,8 @@ class load {
           }
           continue;
         }
-        on_event(conns_[events[static_cast<std::size_t>(i)].data.u64], events[static_cast<std::size_t>(i)].events);
+        on_event(conns_[events[static_cast<std::size_t>(i)].data.u64],
+                 events[static_cast<std::size_t>(i)].events);
       }
     }
   }
@@ -228,7 +234,8 @@ class load {
 
   void flush(conn& c) {
     while (c.out_off < c.out.size()) {
-      const ssize_t n = send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+      const ssize_t n =
+          send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EAGAIN) {
           break;
@@ -357,7 +364,8 @@ class load {
         const auto now = clock_type::now();
         if (!c.sent.empty()) {
           if (measuring_) {
-            const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - c.sent.front()).count();
+            const auto us =
+                std::chrono::duration_cast<std::chrono::microseconds>(now - c.sent.front()).count();
             latencies_.push_back(static_cast<std::uint32_t>(std::min<long long>(us, 0xFFFFFFFFLL)));
             ++counted_;
           }
@@ -375,13 +383,17 @@ class load {
       if (latencies_.empty()) {
         return 0.0;
       }
-      return latencies_[std::min(latencies_.size() - 1, static_cast<std::size_t>(q * static_cast<double>(latencies_.size())))];
+      return latencies_[std::min(
+          latencies_.size() - 1,
+          static_cast<std::size_t>(q * static_cast<double>(latencies_.size())))];
     };
     std::printf(
-        "{\"messages\": %llu, \"seconds\": %.4f, \"msgs_per_s\": %.1f, \"p50_us\": %.0f, \"p99_us\": %.0f, "
+        "{\"messages\": %llu, \"seconds\": %.4f, \"msgs_per_s\": %.1f, \"p50_us\": %.0f, "
+        "\"p99_us\": %.0f, "
         "\"open\": %d, \"failed\": %d, \"bad_echoes\": %llu, \"error\": \"%s\"}\n",
-        static_cast<unsigned long long>(counted_), seconds, static_cast<double>(counted_) / seconds, pct(0.5),
-        pct(0.99), open_, failed_, static_cast<unsigned long long>(bad_echoes_), last_error_.c_str());
+        static_cast<unsigned long long>(counted_), seconds, static_cast<double>(counted_) / seconds,
+        pct(0.5), pct(0.99), open_, failed_, static_cast<unsigned long long>(bad_echoes_),
+        last_error_.c_str());
   }
 
   options opt_;
@@ -403,7 +415,8 @@ class load {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
-               "ws_load: %s\nusage: ws_load --port P [--host H] [--path /ws] [--connections N] [--size BYTES]"
+               "ws_load: %s\nusage: ws_load --port P [--host H] [--path /ws] [--connections N] "
+               "[--size BYTES]"
                " [--inflight K] [--duration S] [--warmup S] [--idle]\n",
                why);
   std::exit(2);

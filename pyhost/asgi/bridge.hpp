@@ -33,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "asgi/proxy_headers.hpp"
@@ -46,6 +47,37 @@ class bridge;
 struct ws_inbound {
   net::byte_buffer bytes;
   bool text = false;
+};
+
+/// The messages of one WebSocket waiting for the app, oldest first: one
+/// vector that allocates nothing until the first message arrives and gives
+/// a burst's storage back when it empties (an empty std::deque costs ~600
+/// bytes, and most WebSockets sit idle most of the time). Loop thread.
+class ws_inbox {
+ public:
+  [[nodiscard]] bool empty() const noexcept { return head_ == items_.size(); }
+  ws_inbound& front() noexcept { return items_[head_]; }
+  void push_back(ws_inbound&& m) { items_.push_back(std::move(m)); }
+  void pop_front() {
+    items_[head_] = ws_inbound{};  // its bytes go now, not at the next compaction
+    if (++head_ == items_.size()) {
+      clear();
+    } else if (head_ >= 16 && head_ * 2 >= items_.size()) {
+      items_.erase(items_.begin(), items_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+  }
+  void clear() noexcept {
+    head_ = 0;
+    items_.clear();
+    if (items_.capacity() > 4) {
+      std::vector<ws_inbound>{}.swap(items_);  // a burst's storage is given back
+    }
+  }
+
+ private:
+  std::vector<ws_inbound> items_;
+  std::size_t head_ = 0;
 };
 
 /// The app side's state of a WebSocket upgrade request (bridge_websocket.cpp).
@@ -63,7 +95,7 @@ struct ws_session {
   bool disconnect_delivered = false;  ///< receive() gave websocket.disconnect
   std::uint16_t close_code = 1006;    ///< with peer_closed: the code the app sees
   std::string close_reason;
-  std::deque<ws_inbound> inbox;  ///< messages received, oldest first
+  ws_inbox inbox;  ///< messages received, oldest first
 };
 
 /// One HTTP request as the app sees it: the owner of its `receive`/`send`
