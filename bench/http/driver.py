@@ -114,6 +114,14 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
              "--stats-json-on-exit", str(STATS_FILE), "--access-log", "--access-log-file", str(ACCESS_LOG)],
             str(ROOT / ".venv/bin/python"),
         ),
+        # The I/O thread spinning before it sleeps (yielding the CPU when the pair shares one), for the
+        # low-concurrency experiments: CADELOOP_BENCH_IO_SPIN_US sets the time (default 50 µs).
+        "cadeloop-spin": Server(
+            f"cadeloop, I/O spin {os.environ.get('CADELOOP_BENCH_IO_SPIN_US', '50')} µs",
+            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE), "--io-spin-us", os.environ.get("CADELOOP_BENCH_IO_SPIN_US", "50")],
+            str(ROOT / ".venv/bin/python"),
+        ),
         "uvicorn": Server(
             "uvicorn (httptools+uvloop)",
             [str(peer("uvicorn") / "python"), "-m", "uvicorn", "app:app", "--host", host, "--port", str(port),
@@ -330,18 +338,14 @@ def stop_server(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-CAPACITY: dict[str, list[float]] = {}  # server name -> its plaintext, 64 connections req/s in this run
-
-
 def capacity_rate(server: Server, proc: subprocess.Popen, port: int, w: Workload, args: argparse.Namespace) -> float:
-    """The open-loop rate for `w` on `server`: its share of the server's capacity, the median of the server's
-    plaintext runs so far in this run (or of a 3 s plaintext run made now); 0 for a closed-loop workload."""
+    """The open-loop rate for `w` on `server`: its share of the server's capacity, measured right before (a
+    closed-loop plaintext run of `--warmup` seconds, at least 2), so the host's drift during a long suite
+    does not offer a server more than it can take now; 0 for a closed-loop workload."""
     if not w.open_loop_share:
         return 0.0
-    if not CAPACITY.get(server.name):
-        figures, _ = run_load(port, WORKLOADS["plaintext"], 3, args.load_cpu)
-        CAPACITY[server.name] = [figures.get("rps", 0.0)]
-    return w.open_loop_share * statistics.median(CAPACITY[server.name])
+    figures, _ = run_load(port, WORKLOADS["plaintext"], max(2, args.warmup), args.load_cpu)
+    return w.open_loop_share * figures.get("rps", 0.0)
 
 
 def serves(server: Server, w: Workload) -> bool:
@@ -375,8 +379,6 @@ def one_run(server: Server, proc: subprocess.Popen, port: int, w: Workload, args
                cpu_s=after - before, errors=errors, extra=extra)
     wake = f"  wake-ups/req {extra['wakeups_per_request']:.3f}" if "wakeups_per_request" in extra else ""
     wake += f"  steal {100 * extra['steal_share']:.1f}% (load CPU {100 * extra['load_steal_share']:.1f}%)"
-    if w.name == WORKLOADS["plaintext"].name and r.rps and not errors:
-        CAPACITY.setdefault(server.name, []).append(r.rps)
     print(f"  {server.name:28} {w.name:32} {r.rps:10.0f} req/s "
           f"{r.cpu_us_per_request:7.1f} us CPU/req  p50 {r.p50_us:8.0f} p99 {r.p99_us:8.0f} us{wake}  {errors}",
           flush=True)

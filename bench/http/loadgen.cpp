@@ -141,6 +141,7 @@ struct Conn {
   long long remaining = 0;  // body bytes left (Content-Length) or in this chunk
   long long body = 0;
   bool chunked = false;
+  bool server_closes = false;  // the response said "Connection: close"
   std::string line;  // chunk size line or trailer line being read
 };
 
@@ -491,6 +492,7 @@ class Generator {
     c.status = std::atoi(std::string(h.substr(9, 3)).c_str());
     c.remaining = 0;
     c.chunked = false;
+    c.server_closes = false;
     std::size_t at = h.find("\r\n") + 2;
     while (at < h.size()) {
       const std::size_t eol = h.find("\r\n", at);
@@ -500,6 +502,8 @@ class Generator {
         c.remaining = std::atoll(std::string(line.substr(15)).c_str());
       } else if (iequals_prefix(line, "transfer-encoding:")) {
         c.chunked = line.find("chunked") != std::string_view::npos;
+      } else if (iequals_prefix(line, "connection:")) {
+        c.server_closes = line.find("close") != std::string_view::npos;
       }
     }
     return true;
