@@ -452,8 +452,8 @@ def quiet_medians(results: list[Result], max_steal: float) -> list[str]:
         return []
     lines = ["", f"Medians over the runs with steal under {100 * max_steal:.0f} % on both CPUs "
              "(runs kept / runs; ratios against the first server of the workload):", "",
-             "| workload | server | runs | req/s | req/s ratio | CPU µs/request | CPU ratio |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| workload | server | runs | req/s | req/s ratio | CPU µs/request | CPU ratio | p50 µs | p99 µs |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for w in dict.fromkeys(r.workload for r in results):
         base: tuple[float, float] | None = None
         for (workload, server), runs in groups.items():
@@ -462,13 +462,15 @@ def quiet_medians(results: list[Result], max_steal: float) -> list[str]:
             quiet = [r for r in runs if r.rps and max(r.extra.get("steal_share", 0.0),
                                                       r.extra.get("load_steal_share", 0.0)) < max_steal]
             if not quiet:
-                lines.append(f"| {w} | {server} | 0 / {len(runs)} | | | | |")
+                lines.append(f"| {w} | {server} | 0 / {len(runs)} | | | | | | |")
                 continue
             rps = statistics.median(r.rps for r in quiet)
             cpu = statistics.median(r.cpu_us_per_request for r in quiet)
             base = base or (rps, cpu)
+            p50 = statistics.median(r.p50_us for r in quiet)
+            p99 = statistics.median(r.p99_us for r in quiet)
             lines.append(f"| {w} | {server} | {len(quiet)} / {len(runs)} | {rps:.0f} | {rps / base[0]:.3f} | "
-                         f"{cpu:.2f} | {cpu / base[1]:.3f} |")
+                         f"{cpu:.2f} | {cpu / base[1]:.3f} | {fmt_us(p50)} | {fmt_us(p99)} |")
     lines += paired_ratios(results, max_steal)
     return lines
 

@@ -68,7 +68,7 @@ def suite(data: dict, folder: Path) -> None:
             ax.set_yticks(range(len(names)))
             ax.set_yticklabels([short(s) for s in names], fontsize=7)
             ax.invert_yaxis()
-            ax.set_title(w, fontsize=8)
+            ax.set_title(w.replace(", ", "\n", 1), fontsize=8)
             ax.tick_params(axis="x", labelsize=7)
             ax.grid(axis="x", alpha=0.3)
             for b, v in zip(bars, values):
@@ -83,10 +83,10 @@ def suite(data: dict, folder: Path) -> None:
     grid("rps", "requests per second, thousands (higher is better)", "suite-rps.png", 1000, "{:.1f}")
     grid("cpu_us_per_request", "server CPU µs per request, all threads and processes (lower is better)",
          "suite-cpu.png", 1, "{:.1f}")
-    grid("p50_us", "median latency, µs (lower is better; open loop: from when each request was due)",
-         "suite-p50.png", 1, "{:.0f}")
-    grid("p99_us", "p99 latency, µs (lower is better; open loop: from when each request was due)",
-         "suite-p99.png", 1, "{:.0f}")
+    grid("p50_us", "median latency, ms (lower is better; open loop: from when each request was due)",
+         "suite-p50.png", 1000, "{:.3g}")
+    grid("p99_us", "p99 latency, ms (lower is better; open loop: from when each request was due)",
+         "suite-p99.png", 1000, "{:.3g}")
 
     idle = {k: v for k, v in data.get("idle", {}).items() if "levels" in v}
     if idle:
