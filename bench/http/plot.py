@@ -4,6 +4,8 @@
     python bench/http/plot.py bench/results/2026-12-01-http-suite.json docs/img/
         # the suite: one chart per group into the folder: suite-rps.png, suite-cpu.png,
         # suite-latency.png, suite-memory.png, suite-timers.png
+    python bench/http/plot.py bench/results/2026-12-01-http-suite.json --table
+        # the same medians as Markdown tables (for docs/benchmarks.md)
     python bench/http/plot.py bench/results/2026-11-30-http-servers.json docs/img/http-servers.png
         # one picture: req/s and CPU per request (or, for a --rounds run, req/s round by round)
 
@@ -184,10 +186,58 @@ def single(data: dict, out: Path, title: str) -> None:
     print(f"written: {out}")
 
 
+def fmt_rps(v: float) -> str:
+    return f"{v / 1000:.1f} K" if v >= 1000 else f"{v:.0f}"
+
+
+def fmt_ms(us: float) -> str:
+    return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def table(data: dict) -> str:
+    """The suite's medians as Markdown: one table per figure (req/s, CPU/request, p50, p99), workloads down,
+    servers across; the ratio row of cadeloop to the Rust cadeloop and to the C floor below the tables."""
+    m = medians(data["results"])
+    workloads = list(dict.fromkeys(w for w, _ in m))
+    servers = list(dict.fromkeys(r["server"] for r in data["results"]))
+    out = []
+    for key, title, fmt in (("rps", "requests per second", fmt_rps),
+                            ("cpu_us_per_request", "server CPU µs per request", lambda v: f"{v:.1f}"),
+                            ("p50_us", "median latency", fmt_ms), ("p99_us", "p99 latency", fmt_ms)):
+        out += [f"**{title}**", "", "| workload | " + " | ".join(short(s) for s in servers) + " |",
+                "|---|" + "---:|" * len(servers)]
+        for w in workloads:
+            out.append(f"| {w} | " + " | ".join(fmt(m[(w, s)][key]) if (w, s) in m else "–" for s in servers) + " |")
+        out.append("")
+    rs = next((s for s in servers if s.startswith("cadeloop-rs")), None)
+    floor = next((s for s in servers if s.startswith("C floor")), None)
+    if rs and "cadeloop" in servers:
+        out += ["**cadeloop against the Rust cadeloop** (req/s ratio, CPU/request ratio, p50 ratio; "
+                "≥ 1, ≤ 1, ≤ 1 meet issue 16)", "", "| workload | req/s | CPU/request | p50 | p99 |",
+                "|---|---:|---:|---:|---:|"]
+        for w in workloads:
+            a, b = m.get((w, "cadeloop")), m.get((w, rs))
+            if a and b:
+                out.append(f"| {w} | {a['rps'] / b['rps']:.2f} | {a['cpu_us_per_request'] / b['cpu_us_per_request']:.2f}"
+                           f" | {a['p50_us'] / b['p50_us']:.2f} | {a['p99_us'] / b['p99_us']:.2f} |")
+        out.append("")
+    if floor and "cadeloop" in servers:
+        out += ["**cadeloop's CPU per request against the C floor**", "", "| workload | ratio |", "|---|---:|"]
+        for w in workloads:
+            a, b = m.get((w, "cadeloop")), m.get((w, floor))
+            if a and b:
+                out.append(f"| {w} | {a['cpu_us_per_request'] / b['cpu_us_per_request']:.2f} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main() -> int:
     if len(sys.argv) != 3:
-        print("usage: plot.py RESULT.json OUT.png|FOLDER/", file=sys.stderr)
+        print("usage: plot.py RESULT.json OUT.png|FOLDER/|--table", file=sys.stderr)
         return 2
+    if sys.argv[2] == "--table":
+        print(table(json.loads(Path(sys.argv[1]).read_text())))
+        return 0
     import matplotlib
 
     matplotlib.use("Agg")
