@@ -142,7 +142,7 @@ struct Conn {
   long long body = 0;
   bool chunked = false;
   bool server_closes = false;  // the response said "Connection: close"
-  std::string line;  // chunk size line or trailer line being read
+  std::string line;            // chunk size line or trailer line being read
 };
 
 class Generator {
