@@ -7,6 +7,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,18 @@ namespace {
 // Commands applied per pass, so a flood from the app cannot starve socket
 // readiness and timers; the rest stays pending and the loop does not park.
 constexpr std::size_t outbound_per_pass = 4096;
+
+// Whether the calling thread may run on one CPU only (the server confined with
+// taskset, or a pair pinned to one CPU): then the app thread, which has the
+// same affinity, can only run when this thread gives the CPU up.
+bool confined_to_one_cpu() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) {
+    return false;
+  }
+  return CPU_COUNT(&set) == 1;
+}
 
 }  // namespace
 
@@ -151,8 +164,23 @@ void io_thread::park() {
     ctr.spins.add();
     const auto until = clock_type::now() + options_.spin;
     bool hit = false;
-    while (!(hit = ch_.outbound.has_pending()) && clock_type::now() < until) {
-      cpu_relax();
+    static thread_local const bool one_cpu = confined_to_one_cpu();
+    if (one_cpu) {
+      // The app thread shares this CPU, so burning it would only delay the
+      // app: yield it instead, and keep serving the sockets meanwhile, so the
+      // app's answer is taken without an eventfd round trip and the next
+      // request without a sleep.
+      while (!(hit = ch_.outbound.has_pending()) && clock_type::now() < until) {
+        if (io_.poll() > 0) {
+          hit = true;
+          break;
+        }
+        ::sched_yield();
+      }
+    } else {
+      while (!(hit = ch_.outbound.has_pending()) && clock_type::now() < until) {
+        cpu_relax();
+      }
     }
     if (hit) {
       ctr.spin_hits.add();

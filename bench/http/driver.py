@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
 """Side-by-side HTTP benchmark: cadeloop against its peers, in one invocation.
 
-Each server runs confined to one CPU (`taskset -c SERVER_CPU`), wrk runs on
-another (`taskset -c LOAD_CPU`, one thread), one server at a time, the same
-app (`bench/http/app.py`) for all. Server CPU time is read from the kernel:
+Each server runs confined to one CPU (`taskset -c SERVER_CPU`), the load
+generator runs on another (`taskset -c LOAD_CPU`, one thread), one server at a
+time, the same app (`bench/http/app.py`) for all. The load generator is
+bench/http/loadgen.cpp (built here with c++ on first use): it checks every
+response's status and body length and counts errors, and runs closed loop or
+open loop at a fixed rate with latency counted from when each request was due
+(coordinated omission corrected). Server CPU time is read from the kernel:
 utime+stime of every process in the server's tree from /proc/PID/stat, before
 and after each measured run, so CPU per request covers every thread and worker.
 
     python bench/http/driver.py --setup            # make the peers' venvs (build/bench-peers/)
-    python bench/http/driver.py                    # run every workload on every server
+    python bench/http/driver.py --suite --rounds 2 --duration 4 --warmup 1 --tag suite
+                                                   # the whole suite: every workload, every peer, idle
+                                                   # memory, timers; then bench/http/plot.py draws it
     python bench/http/driver.py --servers uvicorn,granian --workloads plaintext --duration 5
     python bench/http/driver.py --servers cadeloop,cadeloop-log --workloads plaintext --rounds 12 --duration 3
                                                    # all servers up at once, measured in turn: paired ratios
@@ -50,9 +56,27 @@ ACCESS_LOG = Path("/tmp") / f"cadeloop-bench-access-{os.getpid()}.log"
 PEER_PACKAGES = {
     "uvicorn": ["uvicorn==0.54.0", "httptools==0.9.0", "uvloop==0.23.0"],
     "granian": ["granian==2.8.9"],
+    "hypercorn": ["hypercorn==0.18.0"],
+    # matplotlib for bench/http/plot.py
+    "plot": ["matplotlib==3.11.2"],
     # The Rust project of the same name, from PyPI (CPython 3.11 only).
     "cadeloop-rs": ["cadeloop==0.0.4"],
 }
+
+
+TOOLS = ROOT / "build" / "bench-tools"
+
+
+def build_tools() -> tuple[Path, Path]:
+    """bench/http/loadgen.cpp and c_floor.c, compiled into build/bench-tools/ when missing or older than
+    their source (bench/CMakeLists.txt builds the same two as http_loadgen and http_c_floor)."""
+    TOOLS.mkdir(parents=True, exist_ok=True)
+    loadgen, floor = TOOLS / "loadgen", TOOLS / "c_floor"
+    for out, src, argv in ((loadgen, HERE / "loadgen.cpp", ["c++", "-std=c++20", "-O2"]),
+                           (floor, HERE / "c_floor.c", ["cc", "-std=c11", "-O2"])):
+        if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+            subprocess.run([*argv, "-o", str(out), str(src)], check=True)
+    return loadgen, floor
 
 
 @dataclass
@@ -60,6 +84,8 @@ class Server:
     name: str
     argv: list[str]
     python: str
+    # what it can answer: "all", or "plaintext" for the C floor (GET, any path, "Hello, World!")
+    serves: str = "all"
 
     @property
     def available(self) -> bool:
@@ -88,12 +114,34 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
              "--stats-json-on-exit", str(STATS_FILE), "--access-log", "--access-log-file", str(ACCESS_LOG)],
             str(ROOT / ".venv/bin/python"),
         ),
+        # The I/O thread spinning before it sleeps (yielding the CPU when the pair shares one), for the
+        # low-concurrency experiments: CADELOOP_BENCH_IO_SPIN_US sets the time (default 50 µs).
+        "cadeloop-spin": Server(
+            f"cadeloop, I/O spin {os.environ.get('CADELOOP_BENCH_IO_SPIN_US', '50')} µs",
+            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE), "--io-spin-us", os.environ.get("CADELOOP_BENCH_IO_SPIN_US", "50")],
+            str(ROOT / ".venv/bin/python"),
+        ),
         "uvicorn": Server(
             "uvicorn (httptools+uvloop)",
             [str(peer("uvicorn") / "python"), "-m", "uvicorn", "app:app", "--host", host, "--port", str(port),
              "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"],
             str(peer("uvicorn") / "python"),
         ),
+        "uvicorn-h11": Server(
+            "uvicorn (h11+asyncio)",
+            [str(peer("uvicorn") / "python"), "-m", "uvicorn", "app:app", "--host", host, "--port", str(port),
+             "--loop", "asyncio", "--http", "h11", "--no-access-log", "--log-level", "warning"],
+            str(peer("uvicorn") / "python"),
+        ),
+        "hypercorn": Server(
+            "hypercorn (asyncio)",
+            [str(peer("hypercorn") / "python"), "-m", "hypercorn", "--bind", f"{host}:{port}", "--workers", "1",
+             "--backlog", "16384", "app:app"],
+            str(peer("hypercorn") / "python"),
+        ),
+        "c-floor": Server("C floor (epoll, bench/http/c_floor.c)", [str(TOOLS / "c_floor"), str(port)],
+                          str(TOOLS / "c_floor"), serves="plaintext"),
         "granian": Server(
             "granian (1 worker)",
             [str(peer("granian") / "granian"), "--interface", "asgi", "--host", host, "--port", str(port),
@@ -123,14 +171,27 @@ class Workload:
     name: str
     path: str
     connections: int
-    script: str | None = None
+    expect_length: int
+    pipeline: int = 1
+    new_conn: bool = False
+    body_size: int = 0
+    # open loop: this share of the server's capacity (its plaintext, 64 connections req/s in this run)
+    open_loop_share: float = 0.0
+    plaintext: bool = False  # the C floor can answer it
 
 
 WORKLOADS = {
-    "plaintext": Workload("plaintext, 64 connections", "/", 64),
-    "single": Workload("plaintext, 1 connection", "/", 1),
-    "pipelined": Workload("pipelined x16, 64 connections", "/", 64, str(HERE / "pipeline.lua")),
-    "json": Workload("JSON, 64 connections", "/json", 64),
+    "plaintext": Workload("plaintext, 64 connections", "/", 64, 13, plaintext=True),
+    "single": Workload("plaintext, 1 connection", "/", 1, 13, plaintext=True),
+    "json": Workload("JSON, 64 connections", "/json", 64, 28),
+    "body64k": Workload("64 KiB body, 64 connections", "/64k", 64, 65536),
+    "stream": Workload("1 MiB stream, 16 connections", "/stream", 16, 1 << 20),
+    "upload": Workload("16 KiB upload, 64 connections", "/upload", 64, 5, body_size=16384),
+    "await": Workload("1 ms await, 64 connections", "/await", 64, 13),
+    "newconn": Workload("new connection per request, 16", "/", 16, 13, new_conn=True, plaintext=True),
+    "pipelined": Workload("pipelined x16, 64 connections", "/", 64, 13, pipeline=16, plaintext=True),
+    "openloop": Workload("open loop at 80 % of capacity, 64 connections", "/", 64, 13, open_loop_share=0.8,
+                         plaintext=True),
 }
 
 
@@ -218,33 +279,24 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> bool:
     return False
 
 
-def parse_duration_us(text: str) -> float:
-    m = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
-    if not m:
-        return float("nan")
-    return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
-
-
-def run_wrk(port: int, w: Workload, duration: int, load_cpu: int) -> tuple[dict, str]:
-    argv = ["taskset", "-c", str(load_cpu), "wrk", "-t1", f"-c{w.connections}", f"-d{duration}s", "--latency"]
-    if w.script:
-        argv += ["-s", w.script]
-    argv.append(f"http://127.0.0.1:{port}{w.path}")
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60).stdout
-    figures: dict = {}
-    if m := re.search(r"(\d+) requests in", out):
-        figures["requests"] = int(m.group(1))
-    if m := re.search(r"Requests/sec:\s+([\d.]+)", out):
-        figures["rps"] = float(m.group(1))
-    for pct in ("50", "99"):
-        if m := re.search(rf"^\s+{pct}%\s+(\S+)", out, re.M):
-            figures[f"p{pct}"] = parse_duration_us(m.group(1))
-    errors = ""
-    if m := re.search(r"Socket errors: (.*)", out):
-        errors = m.group(1)
-    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
-        errors += f" non-2xx: {m.group(1)}"
-    return figures, (errors.strip() + ("" if figures.get("requests") else " wrk: " + out[-300:])).strip()
+def run_load(port: int, w: Workload, duration: float, load_cpu: int, rate: float = 0.0) -> tuple[dict, str]:
+    """One loadgen run; its figures (requests, rps, p50/p90/p99/p999/max in µs, errors) and an error text."""
+    argv = ["taskset", "-c", str(load_cpu), str(TOOLS / "loadgen"), "--port", str(port), "--path", w.path,
+            "--connections", str(w.connections), "--duration", str(duration), "--pipeline", str(w.pipeline),
+            "--expect-status", "200", "--expect-length", str(w.expect_length)]
+    if w.new_conn:
+        argv.append("--new-conn")
+    if w.body_size:
+        argv += ["--method", "POST", "--body-size", str(w.body_size)]
+    if rate:
+        argv += ["--rate", f"{rate:.0f}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
+    try:
+        figures = json.loads(proc.stdout)
+    except ValueError:
+        return {}, f"loadgen: {proc.stderr.strip()[-300:] or proc.stdout[-300:]}"
+    errors = ", ".join(f"{k} {v}" for k, v in figures.get("errors_by_kind", {}).items() if v)
+    return figures, errors
 
 
 def pair_stats(server: Server, pid: int) -> dict:
@@ -261,12 +313,13 @@ def pair_stats(server: Server, pid: int) -> dict:
     return {}
 
 
-def start_server(server: Server, port: int, args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+def start_server(server: Server, port: int, args: argparse.Namespace,
+                 timeout: float = 20.0) -> tuple[subprocess.Popen, str]:
     """Starts `server` on the server CPU; returns the process and "" or why it did not start."""
     env = dict(os.environ, PYTHONPATH=str(HERE))
     proc = subprocess.Popen(["taskset", "-c", str(args.server_cpu), *server.argv], cwd=HERE, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    if wait_port(port, proc):
+    if wait_port(port, proc, timeout):
         return proc, ""
     err = proc.stderr.read().decode(errors="replace")[-400:] if proc.poll() is not None else "no answer"
     stop_server(proc)
@@ -285,18 +338,35 @@ def stop_server(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def capacity_rate(server: Server, proc: subprocess.Popen, port: int, w: Workload, args: argparse.Namespace) -> float:
+    """The open-loop rate for `w` on `server`: its share of the server's capacity, measured right before (a
+    closed-loop plaintext run of `--warmup` seconds, at least 2), so the host's drift during a long suite
+    does not offer a server more than it can take now; 0 for a closed-loop workload."""
+    if not w.open_loop_share:
+        return 0.0
+    figures, _ = run_load(port, WORKLOADS["plaintext"], max(2, args.warmup), args.load_cpu)
+    return w.open_loop_share * figures.get("rps", 0.0)
+
+
+def serves(server: Server, w: Workload) -> bool:
+    return server.serves == "all" or w.plaintext
+
+
 def one_run(server: Server, proc: subprocess.Popen, port: int, w: Workload, args: argparse.Namespace) -> Result:
-    """One measured wrk run against a started server, with its CPU time, steal and counters."""
+    """One measured load run against a started server, with its CPU time, steal and counters."""
     stats_before = pair_stats(server, proc.pid)
     before = cpu_seconds(proc.pid)
     steal_before = steal_seconds(args.server_cpu)
     load_steal_before = steal_seconds(args.load_cpu)
-    figures, errors = run_wrk(port, w, args.duration, args.load_cpu)
+    rate = capacity_rate(server, proc, port, w, args)
+    figures, errors = run_load(port, w, args.duration, args.load_cpu, rate)
     after = cpu_seconds(proc.pid)
     steal = steal_seconds(args.server_cpu) - steal_before
     load_steal = steal_seconds(args.load_cpu) - load_steal_before
     stats_after = pair_stats(server, proc.pid)
-    extra = {"steal_share": steal / args.duration, "load_steal_share": load_steal / args.duration}
+    extra = {"steal_share": steal / args.duration, "load_steal_share": load_steal / args.duration,
+             "error_count": figures.get("errors", 0), "rate": rate}
+    extra |= {k: figures[k] for k in ("p90_us", "p999_us", "max_us") if k in figures}
     if stats_before and stats_after:
         d = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after if isinstance(stats_after[k], int)}
         reqs = max(d.get("requests", 0), 1)
@@ -305,12 +375,13 @@ def one_run(server: Server, proc: subprocess.Popen, port: int, w: Workload, args
                   "wakeups_to_io_per_request": d.get("wakeups_to_io", 0) / reqs,
                   "eager_completed_share": d.get("eager_completed", 0) / reqs}
     r = Result(server.name, w.name, rps=figures.get("rps", 0.0), requests=figures.get("requests", 0),
-               p50_us=figures.get("p50", float("nan")), p99_us=figures.get("p99", float("nan")),
+               p50_us=figures.get("p50_us", float("nan")), p99_us=figures.get("p99_us", float("nan")),
                cpu_s=after - before, errors=errors, extra=extra)
     wake = f"  wake-ups/req {extra['wakeups_per_request']:.3f}" if "wakeups_per_request" in extra else ""
-    wake += f"  steal {100 * extra['steal_share']:.1f}% (wrk's CPU {100 * extra['load_steal_share']:.1f}%)"
+    wake += f"  steal {100 * extra['steal_share']:.1f}% (load CPU {100 * extra['load_steal_share']:.1f}%)"
     print(f"  {server.name:28} {w.name:32} {r.rps:10.0f} req/s "
-          f"{r.cpu_us_per_request:7.1f} us CPU/req  p50 {r.p50_us:8.0f} us{wake}  {errors}", flush=True)
+          f"{r.cpu_us_per_request:7.1f} us CPU/req  p50 {r.p50_us:8.0f} p99 {r.p99_us:8.0f} us{wake}  {errors}",
+          flush=True)
     return r
 
 
@@ -321,7 +392,9 @@ def measure(server: Server, workloads: list[Workload], args: argparse.Namespace)
     results = []
     try:
         for w in workloads:
-            run_wrk(args.port, w, args.warmup, args.load_cpu)  # warm-up, not counted
+            if not serves(server, w):
+                continue
+            run_load(args.port, w, args.warmup, args.load_cpu)  # warm-up, not counted
             results.append(one_run(server, proc, args.port, w, args))
     finally:
         stop_server(proc)
@@ -342,13 +415,17 @@ def measure_interleaved(keys: list[str], workloads: list[Workload], args: argpar
             proc, error = start_server(server, port, args)
             if error:
                 print(f"driver: {key}: {error}", file=sys.stderr)
-                return [Result(server.name, w.name, errors=error) for w in workloads]
+                results += [Result(server.name, w.name, errors=error) for w in workloads if serves(server, w)]
+                continue
             started.append((server, proc, port))
         for w in workloads:
             for server, proc, port in started:
-                run_wrk(port, w, args.warmup, args.load_cpu)  # warm-up, not counted
+                if serves(server, w):
+                    run_load(port, w, args.warmup, args.load_cpu)  # warm-up, not counted
             for rnd in range(args.rounds):
                 for server, proc, port in started:
+                    if not serves(server, w):
+                        continue
                     r = one_run(server, proc, port, w, args)
                     r.extra["round"] = rnd
                     results.append(r)
@@ -375,8 +452,8 @@ def quiet_medians(results: list[Result], max_steal: float) -> list[str]:
         return []
     lines = ["", f"Medians over the runs with steal under {100 * max_steal:.0f} % on both CPUs "
              "(runs kept / runs; ratios against the first server of the workload):", "",
-             "| workload | server | runs | req/s | req/s ratio | CPU µs/request | CPU ratio |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| workload | server | runs | req/s | req/s ratio | CPU µs/request | CPU ratio | p50 µs | p99 µs |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for w in dict.fromkeys(r.workload for r in results):
         base: tuple[float, float] | None = None
         for (workload, server), runs in groups.items():
@@ -385,13 +462,15 @@ def quiet_medians(results: list[Result], max_steal: float) -> list[str]:
             quiet = [r for r in runs if r.rps and max(r.extra.get("steal_share", 0.0),
                                                       r.extra.get("load_steal_share", 0.0)) < max_steal]
             if not quiet:
-                lines.append(f"| {w} | {server} | 0 / {len(runs)} | | | | |")
+                lines.append(f"| {w} | {server} | 0 / {len(runs)} | | | | | | |")
                 continue
             rps = statistics.median(r.rps for r in quiet)
             cpu = statistics.median(r.cpu_us_per_request for r in quiet)
             base = base or (rps, cpu)
+            p50 = statistics.median(r.p50_us for r in quiet)
+            p99 = statistics.median(r.p99_us for r in quiet)
             lines.append(f"| {w} | {server} | {len(quiet)} / {len(runs)} | {rps:.0f} | {rps / base[0]:.3f} | "
-                         f"{cpu:.2f} | {cpu / base[1]:.3f} |")
+                         f"{cpu:.2f} | {cpu / base[1]:.3f} | {fmt_us(p50)} | {fmt_us(p99)} |")
     lines += paired_ratios(results, max_steal)
     return lines
 
@@ -429,46 +508,133 @@ def paired_ratios(results: list[Result], max_steal: float) -> list[str]:
     return lines
 
 
-def write_report(results: list[Result], args: argparse.Namespace, command: str) -> Path:
+def idle_and_timers(keys: list[str], args: argparse.Namespace, baseline: Path | None) -> dict:
+    """Idle keep-alive memory (each server alone, fresh) and the loops' timers and wake-ups."""
+    from memory import idle_memory
+
+    out: dict = {"idle": {}, "timers": {}}
+    counts = [int(n) for n in args.idle_counts.split(",") if n]
+    for key in keys:
+        server = servers(args.port, baseline)[key]
+        if not counts or not server.available:
+            continue
+        proc, error = start_server(server, args.port, args)
+        if error:
+            out["idle"][server.name] = {"error": error}
+            continue
+        try:
+            out["idle"][server.name] = idle_memory(args.port, lambda: tree_pids(proc.pid), counts)
+        finally:
+            stop_server(proc)
+        print(f"  idle: {server.name:28} {out['idle'][server.name]}", flush=True)
+    # One loop per interpreter, pinned to the server CPU and the load CPU (the poking thread runs on either).
+    loops = {"cadeloop": (ROOT / ".venv/bin/python", "cadeloop"),
+             "cadeloop-rs (PyPI)": (PEERS / "cadeloop-rs/bin/python", "cadeloop"),
+             "uvloop": (PEERS / "uvicorn/bin/python", "uvloop"),
+             "asyncio": (PEERS / "uvicorn/bin/python", "asyncio")}
+    for name, (python, loop) in loops.items():
+        if not args.timers or not python.exists():
+            continue
+        proc = subprocess.run(["taskset", "-c", f"{args.server_cpu},{args.load_cpu}", str(python),
+                               str(HERE / "timers.py"), loop, "1000"], capture_output=True, text=True, timeout=120)
+        try:
+            out["timers"][name] = json.loads(proc.stdout)
+        except ValueError:
+            out["timers"][name] = {"error": proc.stderr.strip()[-300:]}
+        print(f"  timers: {name:20} {out['timers'][name]}", flush=True)
+    return out
+
+
+def conditions() -> dict:
+    """The host while the suite runs: load average, and steal over the whole run on every CPU."""
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    steal = {c: steal_seconds(c) for c in range(os.cpu_count() or 1)}
+    return {"loadavg": load, "steal_s": steal, "time": dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S UTC")}
+
+
+def fmt_us(v: float) -> str:
+    if v != v:  # nan
+        return ""
+    return f"{v / 1000:.2f} ms" if v >= 10000 else f"{v:.0f}"
+
+
+def write_report(results: list[Result], args: argparse.Namespace, command: str, extra: dict | None = None) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     day = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     stem = RESULTS / f"{day}-http-{args.tag}"
+    extra = extra or {}
     lines = [
         f"# HTTP servers side by side, {day}", "",
         f"- command: `{command}`",
         f"- machine: {machine()}",
-        f"- server on CPU {args.server_cpu}, wrk (1 thread) on CPU {args.load_cpu}; "
-        f"{args.duration} s measured after {args.warmup} s warm-up per workload",
+        f"- server on CPU {args.server_cpu}, load generator (bench/http/loadgen.cpp, 1 thread) on CPU "
+        f"{args.load_cpu}; {args.duration} s measured after {args.warmup} s warm-up per workload",
+        "- every response checked (status 200 and body length); errors counted by kind",
         "- CPU/request: utime+stime of the server's whole process tree from /proc/PID/stat over the measured run,"
-        " divided by the requests wrk completed",
+        " divided by the requests completed",
         "- steal: share of the measured run during which the hypervisor ran something else on the server's CPU"
-        " / on wrk's CPU (/proc/stat); a run with steal measured the host, not the server", "",
-        "| workload | server | req/s | ratio to uvicorn | CPU µs/request | p50 µs | p99 µs | wake-ups/req | steal | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        " / on the load generator's CPU (/proc/stat); a run with steal measured the host, not the server",
     ]
+    if "before" in extra:
+        b, a = extra["before"], extra["after"]
+        lines.append(f"- host: load average {' '.join(b['loadavg'])} at {b['time']}, {' '.join(a['loadavg'])} "
+                     f"at {a['time']}; CPU steal over the whole run: " + ", ".join(
+                         f"CPU {c} {a['steal_s'][c] - b['steal_s'][c]:.1f} s" for c in b["steal_s"]))
+    lines += ["",
+              "| workload | server | req/s | CPU µs/request | p50 µs | p99 µs | p99.9 µs | wake-ups/req | steal | errors |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for w in dict.fromkeys(r.workload for r in results):
-        rows = [r for r in results if r.workload == w]
-        base = next((r.rps for r in rows if r.server.startswith("uvicorn") and r.rps), 0.0)
-        for r in rows:
-            ratio = f"{r.rps / base:.2f}" if base and r.rps else ""
+        for r in (r for r in results if r.workload == w):
             wake = f"{r.extra['wakeups_per_request']:.3f}" if "wakeups_per_request" in r.extra else ""
             steal = f"{100 * r.extra['steal_share']:.1f}%" if "steal_share" in r.extra else ""
             if "load_steal_share" in r.extra:
                 steal += f" / {100 * r.extra['load_steal_share']:.1f}%"
-            lines.append(f"| {w} | {r.server} | {r.rps:.0f} | {ratio} | {r.cpu_us_per_request:.1f} | "
-                         f"{r.p50_us:.0f} | {r.p99_us:.0f} | {wake} | {steal} | {r.errors} |")
+            rate = f" (offered {r.extra['rate']:.0f}/s)" if r.extra.get("rate") else ""
+            lines.append(f"| {w} | {r.server}{rate} | {r.rps:.0f} | {r.cpu_us_per_request:.1f} | {fmt_us(r.p50_us)} | "
+                         f"{fmt_us(r.p99_us)} | {fmt_us(r.extra.get('p999_us', float('nan')))} | {wake} | {steal} | "
+                         f"{r.errors} |")
     lines += quiet_medians(results, args.quiet_steal)
+    if extra.get("idle"):
+        lines += ["", "Idle keep-alive connections (unique memory of the server's processes, each connection made "
+                  "one request and stays open; a fresh server per server):", "",
+                  "| server | at rest MiB | connections held / asked | before MiB | holding MiB | KiB per connection "
+                  "| after they close MiB |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for name, m in extra["idle"].items():
+            if "error" in m:
+                lines.append(f"| {name} | {m['error']} | | | | | |")
+                continue
+            for lv in m["levels"]:
+                per = f"{lv['per_connection_kib']:.1f}" if lv["per_connection_kib"] is not None else ""
+                lines.append(f"| {name} | {m['rest_kib'] / 1024:.1f} | {lv['held']} / {lv['connections']} | "
+                             f"{lv['before_kib'] / 1024:.1f} | {lv['holding_kib'] / 1024:.1f} | {per} | "
+                             f"{lv['after_kib'] / 1024:.1f} |")
+    if extra.get("timers"):
+        lines += ["", "Timers and wake-ups (each loop alone, 1,000 samples; µs):", "",
+                  "| loop | sleep(1 ms) late p50 | p99 | call_soon_threadsafe wake-up p50 | p99 |",
+                  "|---|---:|---:|---:|---:|"]
+        for name, t in extra["timers"].items():
+            if "error" in t:
+                lines.append(f"| {name} | {t['error']} | | | |")
+                continue
+            lines.append(f"| {name} | {t['sleep_1ms_late_p50_us']:.0f} | {t['sleep_1ms_late_p99_us']:.0f} | "
+                         f"{t['wakeup_p50_us']:.0f} | {t['wakeup_p99_us']:.0f} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     stem.with_suffix(".json").write_text(json.dumps(
-        {"command": command, "machine": machine(), "date": day,
+        {"command": command, "machine": machine(), "date": day, **extra,
          "results": [dict(vars(r), cpu_us_per_request=r.cpu_us_per_request) for r in results]}, indent=1))
     return stem.with_suffix(".md")
+
+
+SUITE_SERVERS = "cadeloop-rs,cadeloop,uvicorn,uvicorn-h11,granian,hypercorn,c-floor"
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--setup", action="store_true", help="create the peers' venvs and exit")
-    p.add_argument("--servers", default="cadeloop,uvicorn,granian,cadeloop-rs")
+    p.add_argument("--suite", action="store_true",
+                   help=f"every workload on {SUITE_SERVERS}, then idle memory and timers (implies --rounds 1 at least)")
+    p.add_argument("--servers", default=None, help=f"comma-separated; default cadeloop,uvicorn,granian,cadeloop-rs "
+                   f"(with --suite: {SUITE_SERVERS})")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--duration", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
@@ -482,39 +648,50 @@ def main() -> int:
                    help="another checkout of cadeloop with its own .venv: adds the server cadeloop-base")
     p.add_argument("--quiet-steal", type=float, default=0.03,
                    help="with repeated servers, medians use only runs whose CPU steal share is below this")
+    p.add_argument("--idle-counts", default="",
+                   help="idle keep-alive levels to measure memory at, e.g. 1000,10000 (--suite: 1000,10000)")
+    p.add_argument("--timers", action="store_true", help="measure the loops' timers and wake-ups (--suite: on)")
     args = p.parse_args()
     if args.setup:
         setup_peers()
         return 0
-    if not shutil.which("wrk"):
-        print("driver: wrk is not installed (apt-get install wrk)", file=sys.stderr)
-        return 2
-    table = servers(args.port, args.baseline.resolve() if args.baseline else None)
+    if args.suite:
+        args.servers = args.servers or SUITE_SERVERS
+        args.rounds = max(args.rounds, 1)
+        args.idle_counts = args.idle_counts or "1000,10000"
+        args.timers = True
+    args.servers = args.servers or "cadeloop,uvicorn,granian,cadeloop-rs"
+    build_tools()
+    baseline = args.baseline.resolve() if args.baseline else None
+    table = servers(args.port, baseline)
     unknown = [s for s in args.servers.split(",") if s not in table]
     if unknown:
         print(f"driver: unknown server(s) {unknown}; known: {list(table)}", file=sys.stderr)
         return 2
-    workloads = [WORKLOADS[w] for w in args.workloads.split(",")]
+    workloads = [WORKLOADS[w] for w in args.workloads.split(",") if w]
+    command = ("python bench/http/driver.py " + " ".join(sys.argv[1:])).strip()
+    extra: dict = {"before": conditions()}
     results: list[Result] = []
     if args.rounds:
         keys = list(dict.fromkeys(args.servers.split(",")))
         missing = [k for k in keys if not table[k].available]
         if missing:
             print(f"driver: {missing} not set up; run --setup", file=sys.stderr)
-            return 2
-        results = measure_interleaved(keys, workloads, args, args.baseline.resolve() if args.baseline else None)
-        command = "python bench/http/driver.py " + " ".join(sys.argv[1:])
-        print(f"written: {write_report(results, args, command.strip())}")
-        return 0
-    for key in args.servers.split(","):
-        server = table[key]
-        if not server.available:
-            print(f"driver: {key} is not set up ({server.python} missing); run --setup", file=sys.stderr)
-            continue
-        print(f"{server.name}:")
-        results += measure(server, workloads, args)
-    command = "python bench/http/driver.py " + " ".join(sys.argv[1:])
-    print(f"written: {write_report(results, args, command.strip())}")
+            keys = [k for k in keys if k not in missing]
+        results = measure_interleaved(keys, workloads, args, baseline)
+    else:
+        keys = []
+        for key in args.servers.split(","):
+            server = table[key]
+            if not server.available:
+                print(f"driver: {key} is not set up ({server.python} missing); run --setup", file=sys.stderr)
+                continue
+            keys.append(key)
+            print(f"{server.name}:")
+            results += measure(server, workloads, args)
+    extra |= idle_and_timers(keys, args, baseline)
+    extra["after"] = conditions()
+    print(f"written: {write_report(results, args, command, extra)}")
     return 0
 
 
