@@ -288,6 +288,7 @@ def start_proxy(kind: str, net: Net, tmp: Path, procs: list[Proc]) -> Proc:
         argv = net.exec("lb", "haproxy", "-db", "-f", str(conf))
     proxy = Proc(argv, tmp / f"{kind}.log")
     procs.append(proxy)
+
     def answers() -> bool:
         assert proxy.proc.poll() is None, f"{kind} exited:\n{proxy.log()}"
         try:
