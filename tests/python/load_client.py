@@ -118,11 +118,12 @@ class Load:
                 while not self._stop.is_set():
                     req = self.mix[n % len(self.mix)]
                     n += 1
+                    seq = next(self._seq)
                     try:
-                        s.sendall(req.wire(self.host, next(self._seq)))
+                        s.sendall(req.wire(self.host, seq))
                         status, headers, body = read_response(f)
                     except (OSError, EOFError, ValueError, IndexError) as exc:
-                        self._fail(f"{req.method} {req.target}: {exc!r}")
+                        self._fail(f"{req.method} {req.target.replace('{n}', str(seq))}: {exc!r}")
                         break
                     with self._lock:
                         self.statuses[status] += 1
@@ -130,9 +131,9 @@ class Load:
                         if self.on_response:
                             self.on_response(status, headers, body)
                     if status != req.status:
-                        self._fail(f"{req.method} {req.target}: status {status}, expected {req.status}: {body[:200]!r}")
+                        self._fail(f"{req.method} {req.target.replace('{n}', str(seq))}: status {status}, expected {req.status}: {body[:200]!r}")
                     elif req.check and not req.check(body):
-                        self._fail(f"{req.method} {req.target}: unexpected body {body[:200]!r}")
+                        self._fail(f"{req.method} {req.target.replace('{n}', str(seq))}: unexpected body {body[:200]!r}")
                     if headers.get("connection", "").lower() == "close":
                         break
 
