@@ -218,6 +218,10 @@ class http_server::impl {
         return opt_.ws.ping_timeout;
       case timer_kind::ws_close:
         return opt_.ws.close_timeout;
+      case timer_kind::body:
+        return opt_.body_timeout;
+      case timer_kind::write:
+        return opt_.write_timeout;
       case timer_kind::none:
         break;
     }
@@ -232,6 +236,25 @@ class http_server::impl {
   // moved only when a new deadline is earlier than the one it waits for; a
   // deadline that was removed meanwhile just makes it fire early.
   void arm_timer(clock_type::time_point at);
+  // (server_timeouts.cpp) Which progress deadline a connection with work
+  // waits for; body bytes and written bytes refresh theirs; their expiry.
+  [[nodiscard]] timer_kind progress_timer(const connection& c) const noexcept;
+  bool note_body_progress(connection& c, std::size_t n);
+  void note_write_progress(connection& c, std::size_t n);
+  void expire_body(connection& c);
+  void expire_write(connection& c);
+  // (server_budget.cpp) The pair's memory budget (unsent + unread bytes) and
+  // the in-flight budget: refusing with 503, cutting the slowest clients.
+  [[nodiscard]] bool over_memory_budget() const noexcept {
+    return ctr_.unsent_bytes.get() + unread_total_ > opt_.memory_budget;
+  }
+  bool refuse_over_budget(connection& c);
+  void enforce_memory_budget(const connection& sender);
+  void shed_stalled_bodies(const connection* keep);
+  // Accepting would pause for the in-flight budget: cut stalled bodies to
+  // make room; false when still spent (a timer then tries again as soon as
+  // the stalest body has stalled long enough).
+  bool make_room_for_accept();
   void on_timer();
   void expire(connection& c, timer_kind k);
 
@@ -272,11 +295,14 @@ class http_server::impl {
   std::vector<std::uint32_t> free_slots_;
   std::size_t open_count_ = 0;
   std::uint64_t in_flight_total_ = 0;
+  std::uint64_t unread_total_ = 0;  // body bytes handed to the app, not yet consumed
   std::vector<std::unique_ptr<listener_state>> listeners_;
   bool draining_ = false;
   bool accept_paused_ = false;
   bool accept_backoff_ = false;
   asio::steady_timer accept_retry_;
+  asio::steady_timer shed_timer_{io_};
+  bool shed_armed_ = false;
   std::vector<connection_id> dirty_;
   std::vector<connection_id> dirty_swap_;
   std::vector<asio::const_buffer> iov_;
