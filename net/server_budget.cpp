@@ -47,8 +47,8 @@ void http_server::impl::enforce_memory_budget(const connection& sender) {
 void http_server::impl::shed_stalled_bodies(const connection* keep) {
   deadline_list& l = lists_[static_cast<std::size_t>(timer_kind::body)];
   const auto stalled_before = clock_type::now() + opt_.body_timeout - std::chrono::seconds{1};
-  while (in_flight_total_ >= opt_.max_requests_in_flight && l.head != nullptr &&
-         l.head != keep && l.head->deadline <= stalled_before) {
+  while (in_flight_total_ >= opt_.max_requests_in_flight && l.head != nullptr && l.head != keep &&
+         l.head->deadline <= stalled_before) {
     connection& c = *l.head;
     unlink_timer(c);
     ctr_.budget_cuts.add();

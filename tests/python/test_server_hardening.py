@@ -189,18 +189,21 @@ def test_readers_that_never_read_are_cut_by_the_write_timeout(tmp_path: Path) ->
         assert srv.stop() == 0
 
 
-def test_the_memory_budget_bounds_rss_cuts_the_slowest_and_refuses_with_503(tmp_path: Path) -> None:
-    # 24 readers that never read, each asking for 64 MiB streamed with a 16 MiB send high mark:
-    # without a budget they pin about 24 x 16 MiB; with a 64 MiB budget the slowest are cut.
-    srv = ServerProcess("hostile_app:app", "--memory-budget", "64MiB", "--send-high-mark", "16MiB",
-                        "--stats-port", "0", tmp=tmp_path).start()
+def test_the_memory_budget_bounds_unsent_bytes_and_rss_and_cuts_the_slowest(tmp_path: Path) -> None:
+    # 32 readers that never read, each asking for 64 MiB: each may have send_high_mark (1 MiB)
+    # staged by the app, but the pair holds at most memory_budget (8 MiB) unsent: the
+    # connections stalled the longest are cut as the app's bytes arrive.
+    srv = ServerProcess("hostile_app:app", "--memory-budget", "8MiB", "--stats-port", "0",
+                        tmp=tmp_path).start()
     try:
         base = rss_mib(srv)
-        readers = [slow_reader(srv.port, 64) for _ in range(24)]
-        wait_for(lambda: stats_of(srv)["budget_cuts"] >= 1, timeout=15)
-        time.sleep(1)
+        readers = [slow_reader(srv.port, 64) for _ in range(32)]
+        wait_for(lambda: stats_of(srv)["budget_cuts"] >= 8, timeout=15)
+        time.sleep(0.5)
+        stats = stats_of(srv)
+        assert stats["unsent_bytes"] <= (8 << 20) + (1 << 20)
         grown = rss_mib(srv) - base
-        assert grown < 200, f"RSS grew by {grown:.0f} MiB"
+        assert grown < 32 + 96, f"RSS grew by {grown:.0f} MiB"
         assert "big: gone" in events(srv.port)
         for s in readers:
             s.close()
@@ -317,4 +320,4 @@ def test_a_bad_uds_mode_is_named_in_one_line(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     lines = [line for line in p.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "uds_mode" in lines[0], p.stderr
+    assert len(lines) == 1 and "uds-mode" in lines[0] and "0999" in lines[0], p.stderr
