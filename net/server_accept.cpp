@@ -28,7 +28,7 @@ void http_server::impl::arm_accept(listener_state& ls) {
 
 void http_server::impl::on_acceptable(listener_state& ls) {
   for (std::size_t i = 0; i < accepts_per_wake && !draining_; ++i) {
-    if (budget_spent() && !make_room_for_accept()) {
+    if (budget_spent()) {
       // Resumed by maybe_resume_accept() when a connection closes or a response ends.
       accept_paused_ = true;
       ctr_.accept_pauses.add();

@@ -140,6 +140,7 @@ void http_server::impl::update_timer(connection& c) {
 
 void http_server::impl::link_timer(connection& c, timer_kind k) {
   deadline_list& l = lists_[static_cast<std::size_t>(k)];
+  body_waiting_ += k == timer_kind::body ? 1 : 0;
   c.tkind = k;
   c.deadline = clock_type::now() + timeout_of(k);
   c.tprev = l.tail;
@@ -151,6 +152,9 @@ void http_server::impl::link_timer(connection& c, timer_kind k) {
   }
   l.tail = &c;
   arm_timer(c.deadline);
+  if (k == timer_kind::body) {
+    maybe_resume_accept();  // a request waiting for its body no longer counts as busy
+  }
 }
 
 void http_server::impl::unlink_timer(connection& c) {
@@ -158,6 +162,7 @@ void http_server::impl::unlink_timer(connection& c) {
     return;
   }
   deadline_list& l = lists_[static_cast<std::size_t>(c.tkind)];
+  body_waiting_ -= c.tkind == timer_kind::body ? 1 : 0;
   if (c.tprev != nullptr) {
     c.tprev->tnext = c.tnext;
   } else {

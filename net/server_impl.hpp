@@ -117,8 +117,15 @@ class http_server::impl {
 
   // ------------------------------------------------------------ accepting
 
+  // Requests in flight that are not waiting for their client's body: a
+  // request whose body does not come costs the app a waiting coroutine, not
+  // work, so it does not stop accepting (body_timeout ends it).
+  [[nodiscard]] std::uint64_t busy_in_flight() const noexcept {
+    return in_flight_total_ - body_waiting_;
+  }
+
   [[nodiscard]] bool budget_spent() const noexcept {
-    return open_count_ >= opt_.max_connections || in_flight_total_ >= opt_.max_requests_in_flight;
+    return open_count_ >= opt_.max_connections || busy_in_flight() >= opt_.max_requests_in_flight;
   }
 
   void arm_accept(listener_state& ls);
@@ -243,18 +250,14 @@ class http_server::impl {
   void note_write_progress(connection& c, std::size_t n);
   void expire_body(connection& c);
   void expire_write(connection& c);
-  // (server_budget.cpp) The pair's memory budget (unsent + unread bytes) and
-  // the in-flight budget: refusing with 503, cutting the slowest clients.
+  // (server_budget.cpp) The pair's memory budget (unsent + unread bytes):
+  // refusing with 503, cutting the slowest clients.
   [[nodiscard]] bool over_memory_budget() const noexcept {
     return ctr_.unsent_bytes.get() + unread_total_ > opt_.memory_budget;
   }
   bool refuse_over_budget(connection& c);
   void enforce_memory_budget(const connection& sender);
-  void shed_stalled_bodies(const connection* keep);
-  // Accepting would pause for the in-flight budget: cut stalled bodies to
-  // make room; false when still spent (a timer then tries again as soon as
-  // the stalest body has stalled long enough).
-  bool make_room_for_accept();
+
   void on_timer();
   void expire(connection& c, timer_kind k);
 
@@ -296,13 +299,12 @@ class http_server::impl {
   std::size_t open_count_ = 0;
   std::uint64_t in_flight_total_ = 0;
   std::uint64_t unread_total_ = 0;  // body bytes handed to the app, not yet consumed
+  std::uint64_t body_waiting_ = 0;  // connections in the body deadline list
   std::vector<std::unique_ptr<listener_state>> listeners_;
   bool draining_ = false;
   bool accept_paused_ = false;
   bool accept_backoff_ = false;
   asio::steady_timer accept_retry_;
-  asio::steady_timer shed_timer_{io_};
-  bool shed_armed_ = false;
   std::vector<connection_id> dirty_;
   std::vector<connection_id> dirty_swap_;
   std::vector<asio::const_buffer> iov_;

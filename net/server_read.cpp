@@ -226,9 +226,6 @@ void http_server::impl::dispatch_head(connection& c, const http::parse_event& ev
   c.records.back().dispatched = clock_type::now();
   ++c.next_seq;
   ++in_flight_total_;
-  if (in_flight_total_ >= opt_.max_requests_in_flight) {
-    shed_stalled_bodies(&c);  // rather than stop accepting behind stalled bodies
-  }
   c.ever_dispatched = true;
   ctr_.requests.add();
   ctr_.requests_in_flight.add();
