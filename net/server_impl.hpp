@@ -121,7 +121,7 @@ class http_server::impl {
   // request whose body does not come costs the app a waiting coroutine, not
   // work, so it does not stop accepting (body_timeout ends it).
   [[nodiscard]] std::uint64_t busy_in_flight() const noexcept {
-    return in_flight_total_ - body_waiting_;
+    return in_flight_total_ > body_waiting_ ? in_flight_total_ - body_waiting_ : 0;
   }
 
   [[nodiscard]] bool budget_spent() const noexcept {
