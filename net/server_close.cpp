@@ -125,6 +125,9 @@ void http_server::impl::update_timer(connection& c) {
   timer_kind want = progress_timer(c);
   if (want != timer_kind::body) {
     c.body_since = {};
+  } else if (c.body_since == clock_type::time_point{}) {
+    c.body_since = clock_type::now();  // body_min_rate counts from here
+    c.body_got = 0;
   }
   if (want == timer_kind::none && c.in_flight() == 0 && c.unsent == 0 && !c.no_more_requests &&
       c.error_status == 0) {

@@ -260,6 +260,7 @@ TEST_F(slow_client_test, ABodyBelowTheMinimumRateIsCut) {
     c.poll();
     cut = c.eof || c.reset || !c.in.empty();
   }
+  EXPECT_TRUE(cut) << "not cut while the client kept sending";
   ASSERT_TRUE(pump_until([&] {
     c.poll();
     return c.eof || c.reset;

@@ -116,14 +116,18 @@ def test_a_body_below_the_minimum_rate_is_cut(tmp_path: Path) -> None:
     try:
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
         s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
-        for _ in range(30):  # at most 9 s, 9 bytes
+        answered_while_sending = False
+        for _ in range(30):  # at most 9 s, 30 bytes
             if _readable(s):
-                break  # the server answered
+                answered_while_sending = True
+                break
             time.sleep(0.3)
             try:
                 s.sendall(b"a")
             except OSError:
+                answered_while_sending = True
                 break
+        assert answered_while_sending
         assert read_all(s).startswith(b"HTTP/1.1 408 ")
         s.close()
         # A body that keeps a good pace is not cut.
