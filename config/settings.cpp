@@ -509,9 +509,9 @@ value parse_text(const setting& s, std::string_view text, std::string_view where
     }
     case kind::string:
       if (s.name == "uds_mode" && !octal_mode_text(trim(text))) {
-        throw setting_error(error_kind::invalid, std::string(where) +
-                                                     ": expected an octal mode such as 0660, got " +
-                                                     quote(text));
+        throw setting_error(
+            error_kind::invalid,
+            std::string(where) + ": expected an octal mode such as 0660, got " + quote(text));
       }
       return std::string(text);
     case kind::choice:

@@ -297,9 +297,9 @@ pair_settings pair_settings_from(const config::resolved_values& values) {
     throw config::setting_error(config::error_kind::invalid, "uds and fd cannot both be given");
   }
   if (parse_octal_mode(values.text(setting_id::uds_mode)) < 0) {
-    throw config::setting_error(config::error_kind::invalid,
-                                "uds_mode = '" + values.text(setting_id::uds_mode) +
-                                    "' is not an octal mode such as 0660");
+    throw config::setting_error(
+        config::error_kind::invalid,
+        "uds_mode = '" + values.text(setting_id::uds_mode) + "' is not an octal mode such as 0660");
   }
   pair_settings s;
   each_binding(s, fill{values});
