@@ -137,6 +137,24 @@ std::string expected(const setting& s) {
   return "expected a value";
 }
 
+/// uds_mode: permission bits in octal ("660", "0660", "0o660"), at most 07777.
+bool octal_mode_text(std::string_view t) {
+  if (t.starts_with("0o") || t.starts_with("0O")) {
+    t.remove_prefix(2);
+  }
+  if (t.empty() || t.size() > 5) {
+    return false;
+  }
+  unsigned v = 0;
+  for (const char ch : t) {
+    if (ch < '0' || ch > '7') {
+      return false;
+    }
+    v = v * 8 + static_cast<unsigned>(ch - '0');
+  }
+  return v <= 07777;
+}
+
 [[noreturn]] void invalid(const setting& s, std::string_view where, std::string_view shown) {
   throw setting_error(error_kind::invalid,
                       std::string(where) + ": " + expected(s) + ", got " + std::string(shown));
@@ -490,6 +508,11 @@ value parse_text(const setting& s, std::string_view text, std::string_view where
       return *b;
     }
     case kind::string:
+      if (s.name == "uds_mode" && !octal_mode_text(trim(text))) {
+        throw setting_error(
+            error_kind::invalid,
+            std::string(where) + ": expected an octal mode such as 0660, got " + quote(text));
+      }
       return std::string(text);
     case kind::choice:
       return checked_choice(s, trim(text), where);

@@ -128,6 +128,10 @@ int request_parser::scan_head_fields(const char* until) {
     if (lf == nullptr) {
       return until != nullptr ? 0 : check_head_limits_slow(UINT64_MAX);
     }
+    if (*target_end == '\r' || *target_end == '\n') {
+      // HTTP/0.9, which is refused (RFC 9112 section 2.3 names only 1.x).
+      return fail(400, "HTTP/0.9 request line (no HTTP version)");
+    }
     fields_off_ = static_cast<std::uint32_t>(lf + 1 - base);
   }
   // A head in the arena is followed by a CR that is not part of it (see
@@ -329,6 +333,15 @@ int request_parser::end_feed_in_head() {
   // again at every feed: the look starts where the last one stopped (at its
   // last byte, which had no byte after it then).
   const auto to = static_cast<std::uint32_t>(head_end_ - head_bytes_);
+  if (fields_off_ == 0 && head_->target_len_ != 0) {
+    // The request line ended without a version ("GET /\r\n", HTTP/0.9): a
+    // 0.9 client waits for its answer, so it is refused now, not at the next byte.
+    const std::uint32_t target_end = head_->target_off_ + head_->target_len_;
+    if (to > target_end && (head_bytes_[target_end] == '\r' || head_bytes_[target_end] == '\n') &&
+        std::memchr(head_bytes_ + target_end, '\n', to - target_end) != nullptr) {
+      return fail(400, "HTTP/0.9 request line (no HTTP version)");
+    }
+  }
   const std::uint32_t from = scanned_to_ == 0 ? 0 : scanned_to_ - 1;
   if (to > from + 1) {
     const bool finished = std::memchr(head_bytes_ + from, '\n', to - 1 - from) != nullptr;

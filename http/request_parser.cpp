@@ -43,6 +43,53 @@ request_method to_request_method(llhttp_method_t m) noexcept {
   }
 }
 
+// RFC 3986 section 3.2.2 (as RFC 9112 section 3.2 asks of Host and of an
+// absolute-form target's authority): an IP literal in brackets or a
+// reg-name, then an optional ":" port of digits. A comma is refused though
+// it is a sub-delim: "Host: a, b" is two hosts, not one. No userinfo.
+bool valid_host(std::string_view v) noexcept {
+  std::size_t i = 0;
+  const std::size_t n = v.size();
+  if (n != 0 && v[0] == '[') {
+    const std::size_t close = v.find(']');
+    if (close == std::string_view::npos || close < 2) {
+      return false;
+    }
+    for (i = 1; i < close; ++i) {
+      const char ch = v[i];
+      const bool ok = (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') ||
+                      (ch >= 'A' && ch <= 'F') || ch == ':' || ch == '.' || ch == 'v' || ch == 'V';
+      if (!ok) {
+        return false;
+      }
+    }
+    i = close + 1;
+  } else {
+    for (; i < n && v[i] != ':'; ++i) {
+      const char ch = v[i];
+      const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                      (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' ||
+                      ch == '~' || ch == '%' || ch == '!' || ch == '$' || ch == '&' || ch == '\'' ||
+                      ch == '(' || ch == ')' || ch == '*' || ch == '+' || ch == ';' || ch == '=';
+      if (!ok) {
+        return false;
+      }
+    }
+  }
+  if (i == n) {
+    return true;
+  }
+  if (v[i] != ':') {
+    return false;
+  }
+  for (++i; i < n; ++i) {
+    if (v[i] < '0' || v[i] > '9') {
+      return false;
+    }
+  }
+  return true;
+}
+
 constexpr std::uint64_t max_position_limit = std::uint64_t{1} << 30;
 constexpr std::size_t initial_head_arena = 1024;
 constexpr std::size_t initial_head_fields = 32;
@@ -596,8 +643,14 @@ int request_parser::on_headers_complete() {
     return rc;
   }
   const auto flags = parser_.flags;
+  if (h.version_major_ != 1) {
+    return fail(400, "HTTP/0.9 request line (no HTTP version)");
+  }
   if (h.version_minor_ == 1 && host_count_ == 0) {
     return fail(400, "missing Host header");
+  }
+  if (const int rc = check_host(); rc != 0) {
+    return rc;
   }
   if (te_seen_) {
     if (h.version_minor_ == 0) {
@@ -643,6 +696,54 @@ int request_parser::on_headers_complete() {
 
   events_.push_back(
       {parse_event_kind::head, static_cast<std::uint32_t>(heads_used_ - 1), head_, {}, nullptr});
+  return 0;
+}
+
+int request_parser::check_host() {
+  // RFC 9112 section 3.2: the Host field must be one valid host; the
+  // asterisk form only for OPTIONS (section 3.2.4); with an absolute-form
+  // target its authority is the host (section 3.2.2): the Host field's value
+  // then names the target's authority, so the app sees the one that wins.
+  request_head& h = *head_;
+  const std::string_view target = h.fields_.slice(h.target_off_, h.target_len_);
+  if (!target.empty() && target.front() == '*' && h.method_ != request_method::options) {
+    return fail(400, "asterisk-form target for a method other than OPTIONS");
+  }
+  header_block::entry* host = nullptr;
+  if (host_count_ != 0) {
+    for (std::uint32_t i = 0; i < h.fields_.count_; ++i) {
+      header_block::entry& e = h.fields_.entries_[i];
+      if (e.name_len == 4 && std::memcmp(h.fields_.bytes_.get() + e.name_off, "host", 4) == 0) {
+        host = &e;
+        break;
+      }
+    }
+    if (host != nullptr && !valid_host(h.fields_.slice(host->value_off, host->value_len))) {
+      return fail(400, "invalid Host header");
+    }
+  }
+  if (target.empty() || target.front() == '/' || target.front() == '*') {
+    return 0;
+  }
+  const std::size_t scheme_end = target.find("://");
+  if (scheme_end == std::string_view::npos) {
+    return 0;
+  }
+  const std::size_t begin = scheme_end + 3;
+  const std::size_t end = std::min(target.find_first_of("/?#", begin), target.size());
+  std::string_view authority = target.substr(begin, end - begin);
+  std::size_t at = begin;
+  if (const std::size_t user = authority.rfind('@'); user != std::string_view::npos) {
+    authority.remove_prefix(user + 1);  // userinfo is not part of the host
+    at += user + 1;
+  }
+  if (authority.empty() || authority.front() == ':' || !valid_host(authority)) {
+    return fail(400, "invalid host in an absolute-form target");
+  }
+  if (host != nullptr) {
+    host->value_off = h.target_off_ + static_cast<std::uint32_t>(at);
+    host->value_len = static_cast<std::uint32_t>(authority.size());
+  }
   return 0;
 }
 

@@ -32,7 +32,9 @@ bool http_server::impl::consume(connection_id id, std::uint64_t bytes) {
     ctr_.stale_messages.add();
     return false;
   }
-  c->body_unacked -= std::min(bytes, c->body_unacked);
+  const std::uint64_t taken = std::min(bytes, c->body_unacked);
+  c->body_unacked -= taken;
+  unread_total_ -= taken;
   settle(*c);
   return true;
 }

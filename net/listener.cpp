@@ -148,6 +148,13 @@ std::unique_ptr<listener> open_unix(asio::io_context& io, const listen_spec& spe
     error = failure(spec, ec);
     return nullptr;
   }
+  // The file's mode would otherwise follow the umask (0777 under umask 000).
+  if (::chmod(spec.path.c_str(), static_cast<mode_t>(spec.mode & 07777U)) != 0) {
+    error = failure(spec, "cannot set the socket file's mode: " +
+                              lower_first(std::generic_category().message(errno)));
+    ::unlink(spec.path.c_str());
+    return nullptr;
+  }
   socket_address local;
   local.family = socket_address::family_kind::unix_socket;
   return std::make_unique<listener>(std::move(acceptor), spec, local, false);

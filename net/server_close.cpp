@@ -35,6 +35,8 @@ void http_server::impl::settle(connection& c) {
   if (c.no_more_requests && c.in_flight() == 0) {
     if (c.out.empty()) {
       begin_close(c);
+    } else {
+      update_timer(c);  // the write timeout covers the last response
     }
     return;  // otherwise the last write calls settle() again
   }
@@ -101,6 +103,7 @@ void http_server::impl::close_now(connection& c) {
   in_flight_total_ -= n;
   ctr_.requests_in_flight.sub(n);
   ctr_.unsent_bytes.sub(c.unsent);
+  unread_total_ -= c.body_unacked;
   const connection_id id = c.id();
   const bool tell = c.ever_dispatched && !c.disconnect_sent;
   give_buffer(c);
@@ -119,8 +122,15 @@ void http_server::impl::close_now(connection& c) {
 }
 
 void http_server::impl::update_timer(connection& c) {
-  timer_kind want = timer_kind::none;
-  if (c.in_flight() == 0 && c.unsent == 0 && !c.no_more_requests && c.error_status == 0) {
+  timer_kind want = progress_timer(c);
+  if (want != timer_kind::body) {
+    c.body_since = {};
+  } else if (c.body_since == clock_type::time_point{}) {
+    c.body_since = clock_type::now();  // body_min_rate counts from here
+    c.body_got = 0;
+  }
+  if (want == timer_kind::none && c.in_flight() == 0 && c.unsent == 0 && !c.no_more_requests &&
+      c.error_status == 0) {
     want = c.parser.mid_message() || c.rbeg != c.rend ? timer_kind::head : timer_kind::idle;
   }
   if (want != c.tkind) {
@@ -133,6 +143,7 @@ void http_server::impl::update_timer(connection& c) {
 
 void http_server::impl::link_timer(connection& c, timer_kind k) {
   deadline_list& l = lists_[static_cast<std::size_t>(k)];
+  body_waiting_ += k == timer_kind::body ? 1 : 0;
   c.tkind = k;
   c.deadline = clock_type::now() + timeout_of(k);
   c.tprev = l.tail;
@@ -144,6 +155,9 @@ void http_server::impl::link_timer(connection& c, timer_kind k) {
   }
   l.tail = &c;
   arm_timer(c.deadline);
+  if (k == timer_kind::body) {
+    maybe_resume_accept();  // a request waiting for its body no longer counts as busy
+  }
 }
 
 void http_server::impl::unlink_timer(connection& c) {
@@ -151,6 +165,7 @@ void http_server::impl::unlink_timer(connection& c) {
     return;
   }
   deadline_list& l = lists_[static_cast<std::size_t>(c.tkind)];
+  body_waiting_ -= c.tkind == timer_kind::body ? 1 : 0;
   if (c.tprev != nullptr) {
     c.tprev->tnext = c.tnext;
   } else {
@@ -220,6 +235,12 @@ void http_server::impl::expire(connection& c, timer_kind k) {
     case timer_kind::ws_pong:
     case timer_kind::ws_close:
       ws_expire(c, k);
+      break;
+    case timer_kind::body:
+      expire_body(c);
+      break;
+    case timer_kind::write:
+      expire_write(c);
       break;
     case timer_kind::linger:
     case timer_kind::none:

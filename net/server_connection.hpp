@@ -43,8 +43,10 @@ enum class timer_kind : std::uint8_t {
   ws_ping = 4,   // no frame from the client for ping_interval: send a ping
   ws_pong = 5,   // nothing from the client for ping_timeout after a ping: drop
   ws_close = 6,  // our close frame got no answer within close_timeout: close
+  body = 7,      // no request body byte for body_timeout while the app waits for it: 408
+  write = 8,     // no byte of pending output written for write_timeout: close
 };
-constexpr std::size_t timer_kind_count = 7;
+constexpr std::size_t timer_kind_count = 9;
 
 // writev takes at most this many pieces per call (Asio's own limit as well).
 constexpr std::size_t max_write_pieces = 64;
@@ -104,6 +106,8 @@ struct connection {
     lingered = 0;
     client_text.clear();
     ws.reset();
+    body_since = {};
+    body_got = 0;
   }
 
   std::uint32_t slot;
@@ -164,6 +168,11 @@ struct connection {
   clock_type::time_point deadline{};
   connection* tprev = nullptr;
   connection* tnext = nullptr;
+
+  // Request body progress (server_timeouts.cpp): since when the connection
+  // waits for body bytes the app asked for, and how many came since.
+  clock_type::time_point body_since{};
+  std::uint64_t body_got = 0;
 };
 
 inline bool has_body(const http::request_head& head) noexcept {

@@ -117,8 +117,15 @@ class http_server::impl {
 
   // ------------------------------------------------------------ accepting
 
+  // Requests in flight that are not waiting for their client's body: a
+  // request whose body does not come costs the app a waiting coroutine, not
+  // work, so it does not stop accepting (body_timeout ends it).
+  [[nodiscard]] std::uint64_t busy_in_flight() const noexcept {
+    return in_flight_total_ > body_waiting_ ? in_flight_total_ - body_waiting_ : 0;
+  }
+
   [[nodiscard]] bool budget_spent() const noexcept {
-    return open_count_ >= opt_.max_connections || in_flight_total_ >= opt_.max_requests_in_flight;
+    return open_count_ >= opt_.max_connections || busy_in_flight() >= opt_.max_requests_in_flight;
   }
 
   void arm_accept(listener_state& ls);
@@ -218,6 +225,10 @@ class http_server::impl {
         return opt_.ws.ping_timeout;
       case timer_kind::ws_close:
         return opt_.ws.close_timeout;
+      case timer_kind::body:
+        return opt_.body_timeout;
+      case timer_kind::write:
+        return opt_.write_timeout;
       case timer_kind::none:
         break;
     }
@@ -232,6 +243,21 @@ class http_server::impl {
   // moved only when a new deadline is earlier than the one it waits for; a
   // deadline that was removed meanwhile just makes it fire early.
   void arm_timer(clock_type::time_point at);
+  // (server_timeouts.cpp) Which progress deadline a connection with work
+  // waits for; body bytes and written bytes refresh theirs; their expiry.
+  [[nodiscard]] timer_kind progress_timer(const connection& c) const noexcept;
+  bool note_body_progress(connection& c, std::size_t n);
+  void note_write_progress(connection& c, std::size_t n);
+  void expire_body(connection& c);
+  void expire_write(connection& c);
+  // (server_budget.cpp) The pair's memory budget (unsent + unread bytes):
+  // refusing with 503, cutting the slowest clients.
+  [[nodiscard]] bool over_memory_budget() const noexcept {
+    return ctr_.unsent_bytes.get() + unread_total_ > opt_.memory_budget;
+  }
+  bool refuse_over_budget(connection& c);
+  void enforce_memory_budget(const connection& sender);
+
   void on_timer();
   void expire(connection& c, timer_kind k);
 
@@ -272,6 +298,8 @@ class http_server::impl {
   std::vector<std::uint32_t> free_slots_;
   std::size_t open_count_ = 0;
   std::uint64_t in_flight_total_ = 0;
+  std::uint64_t unread_total_ = 0;  // body bytes handed to the app, not yet consumed
+  std::uint64_t body_waiting_ = 0;  // connections in the body deadline list
   std::vector<std::unique_ptr<listener_state>> listeners_;
   bool draining_ = false;
   bool accept_paused_ = false;

@@ -70,6 +70,9 @@ void http_server::impl::read_available(connection& c) {
   }
   ctr_.bytes_in.add(n);
   c.rend += n;
+  if (c.tkind == timer_kind::body && note_body_progress(c, n)) {
+    return;  // cut: slower than body_min_rate
+  }
   process_input(c);
   settle(c);
 }
@@ -194,6 +197,9 @@ void http_server::impl::dispatch_head(connection& c, const http::parse_event& ev
     c.skipping = true;  // parsed behind the last request: never answered
     return;
   }
+  if (refuse_over_budget(c)) {
+    return;  // 503: the pair is over its memory budget
+  }
   c.skipping = false;
   const bool body = has_body(*ev.head);
   request_info info{c.client, c.server, body, draining_, false};
@@ -248,6 +254,7 @@ void http_server::impl::emit_body(connection& c, std::span<const http::parse_eve
   }
   sink_.on_body(c.id(), c.body_seq, std::move(bytes), more_body);
   c.body_unacked += total;
+  unread_total_ += total;
 }
 
 void http_server::impl::on_message_complete(connection& c, bool body_sent) {

@@ -79,6 +79,7 @@ bool http_server::impl::send(connection_id id, std::uint32_t seq, byte_buffer&& 
     check_drained(*c);
     settle(*c);
   }
+  enforce_memory_budget(*c);  // as bytes arrive, not only after writes
   return true;
 }
 
@@ -286,6 +287,7 @@ void http_server::impl::write_once(connection& c) {
   ctr_.bytes_out.add(n);
   c.unsent -= n;
   ctr_.unsent_bytes.sub(n);
+  note_write_progress(c, n);
   while (n > 0) {
     const std::size_t left = c.out.front().size() - c.out_offset;
     if (n >= left) {

@@ -50,6 +50,32 @@ struct unix_listen {
 template <class Spec>
 unix_listen(Spec&) -> unix_listen<Spec>;
 
+/// `uds_mode`: octal permission bits, as text ("0660").
+struct octal_mode {
+  unsigned& mode;
+};
+struct octal_mode_view {
+  const unsigned& mode;
+};
+
+/// The bits of an octal mode text ("660", "0660", "0o660"), or -1.
+long parse_octal_mode(std::string_view text) {
+  if (text.starts_with("0o") || text.starts_with("0O")) {
+    text.remove_prefix(2);
+  }
+  if (text.empty() || text.size() > 5) {
+    return -1;
+  }
+  long v = 0;
+  for (const char ch : text) {
+    if (ch < '0' || ch > '7') {
+      return -1;
+    }
+    v = v * 8 + (ch - '0');
+  }
+  return v <= 07777 ? v : -1;
+}
+
 /// `fd`: set, it makes the listen spec an inherited descriptor.
 template <class Spec>
 struct fd_listen {
@@ -91,6 +117,11 @@ void each_binding(Settings& s, Bind&& bind) {
   bind(setting_id::port, "pair.listen.port", listen.port);
   bind(setting_id::backlog, "pair.listen.backlog", listen.backlog);
   bind(setting_id::uds, "pair.listen.path", unix_listen{listen});
+  if constexpr (std::is_const_v<Settings>) {
+    bind(setting_id::uds_mode, "pair.listen.mode", octal_mode_view{listen.mode});
+  } else {
+    bind(setting_id::uds_mode, "pair.listen.mode", octal_mode{listen.mode});
+  }
   bind(setting_id::fd, "pair.listen.fd", fd_listen{listen});
   // ---- the I/O thread's HTTP server
   bind(setting_id::server_header, "pair.server.server_header", server.server_header);
@@ -109,6 +140,10 @@ void each_binding(Settings& s, Bind&& bind) {
   bind(setting_id::linger_timeout, "pair.server.linger_timeout", server.linger_timeout);
   bind(setting_id::body_window, "pair.server.body_window", server.body_window);
   bind(setting_id::drain_low_mark, "pair.server.drain_low_mark", server.drain_low_mark);
+  bind(setting_id::body_timeout, "pair.server.body_timeout", server.body_timeout);
+  bind(setting_id::body_min_rate, "pair.server.body_min_rate", server.body_min_rate);
+  bind(setting_id::write_timeout, "pair.server.write_timeout", server.write_timeout);
+  bind(setting_id::memory_budget, "pair.server.memory_budget", server.memory_budget);
   bind(setting_id::access_log, "pair.server.access_log.enabled", log.enabled);
   bind(setting_id::access_log_format, "pair.server.access_log.format", log.format);
   bind(setting_id::access_log_file, "pair.server.access_log.file", text_or_none{log.file});
@@ -177,6 +212,10 @@ struct fill {
       field.spec.path = values.text(id);
     }
   }
+  void operator()(setting_id id, std::string_view, octal_mode field) const {
+    const long v = parse_octal_mode(values.text(id));
+    field.mode = v < 0 ? 0660U : static_cast<unsigned>(v);
+  }
   void operator()(setting_id id, std::string_view, ws_switch field) const {
     const std::string word = values.text(id);
     field.enabled = word != "off" && word != "none";
@@ -233,6 +272,11 @@ struct read {
       add(id, f, std::monostate{});
     }
   }
+  void operator()(setting_id id, std::string_view f, octal_mode_view field) const {
+    char text[8];
+    std::snprintf(text, sizeof text, "0%o", field.mode);
+    add(id, f, std::string{text});
+  }
   void operator()(setting_id id, std::string_view f, ws_switch_view field) const {
     add(id, f, std::string{field.enabled ? "auto" : "off"});
   }
@@ -251,6 +295,11 @@ struct read {
 pair_settings pair_settings_from(const config::resolved_values& values) {
   if (!values.is_none(setting_id::uds) && !values.is_none(setting_id::fd)) {
     throw config::setting_error(config::error_kind::invalid, "uds and fd cannot both be given");
+  }
+  if (parse_octal_mode(values.text(setting_id::uds_mode)) < 0) {
+    throw config::setting_error(
+        config::error_kind::invalid,
+        "uds_mode = '" + values.text(setting_id::uds_mode) + "' is not an octal mode such as 0660");
   }
   pair_settings s;
   each_binding(s, fill{values});

@@ -28,6 +28,7 @@ class Config:
     host: str  # address to listen on
     port: int  # TCP port to listen on, 0 for any free port
     uds: str | None  # listen on this Unix socket path instead of host:port
+    uds_mode: str  # permission bits of the uds socket file, in octal (set whatever the umask)
     fd: int | None  # serve an inherited listening socket (systemd socket activation)
     backlog: int  # listen(2) backlog
     cores: int  # core pairs to run; 0 for one per usable CPU
@@ -44,9 +45,13 @@ class Config:
     keepalive_idle: float | str  # how long an idle keep-alive connection is kept
     linger_timeout: float | str  # how long a closing connection is read (and discarded) after its last response, so the client reads the answer before a reset
     grace: float | str  # time in-flight requests get to finish after SIGTERM/SIGINT
+    body_timeout: float | str  # time without a byte of a request body the app waits for; then 408 (or a close if the response began) and the app sees http.disconnect
+    body_min_rate: int | str  # slowest average request body rate accepted once body_timeout has passed since the body was first awaited (0: no minimum)
+    write_timeout: float | str  # time without writing a byte of pending response output before the connection closes (the app's send() sees the disconnect)
     body_window: int | str  # request body bytes handed to the app and not yet read before reading pauses
     send_high_mark: int | str  # response bytes per connection after which send() waits for the client
     drain_low_mark: int | str  # unsent response bytes per connection at or below which a waiting send() resumes
+    memory_budget: int | str  # unsent response bytes plus request body bytes not yet read by the app, per pair; above it new requests get 503 and the slowest clients are cut first
     ws: str  # WebSockets: auto or on (served), off (an upgrade is an ordinary http request); uvicorn's names are taken too: none is off, websockets, wsproto and websockets-sansio are on
     ws_max_size: int | str  # largest WebSocket message a client may send, after decompression (closed with 1009 above)
     ws_max_queue: int  # WebSocket messages received and not yet taken by the app before reading pauses
@@ -80,6 +85,7 @@ class Config:
         host: str = '127.0.0.1',
         port: int = 8000,
         uds: str | None = None,
+        uds_mode: str = '0660',
         fd: int | None = None,
         backlog: int = 1024,
         cores: int = 1,
@@ -96,9 +102,13 @@ class Config:
         keepalive_idle: float | str = 5.0,
         linger_timeout: float | str = 2.0,
         grace: float | str = 30.0,
+        body_timeout: float | str = 10.0,
+        body_min_rate: int | str = 240,
+        write_timeout: float | str = 30.0,
         body_window: int | str = 262144,
         send_high_mark: int | str = 1048576,
         drain_low_mark: int | str = 65536,
+        memory_budget: int | str = 268435456,
         ws: str = 'auto',
         ws_max_size: int | str = 16777216,
         ws_max_queue: int = 32,

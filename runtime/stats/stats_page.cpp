@@ -31,7 +31,8 @@ void zero(net::server_counters& c) noexcept {
   for (auto* x :
        {&c.connections_accepted, &c.connections_open, &c.requests, &c.responses,
         &c.requests_in_flight, &c.bytes_in, &c.bytes_out, &c.unsent_bytes, &c.protocol_errors,
-        &c.timeouts, &c.stale_messages, &c.accept_pauses, &c.write_calls, &c.access_log_dropped}) {
+        &c.timeouts, &c.stale_messages, &c.accept_pauses, &c.write_calls, &c.access_log_dropped,
+        &c.body_timeouts, &c.write_timeouts, &c.budget_refusals, &c.budget_cuts}) {
     zero(*x);
   }
   for (auto* x :
@@ -187,6 +188,10 @@ pair_stats_snapshot snapshot(const pair_stats_page& page) noexcept {
   s.accept_pauses = c.accept_pauses.get();
   s.write_calls = c.write_calls.get();
   s.access_log_dropped = c.access_log_dropped.get();
+  s.body_timeouts = c.body_timeouts.get();
+  s.write_timeouts = c.write_timeouts.get();
+  s.budget_refusals = c.budget_refusals.get();
+  s.budget_cuts = c.budget_cuts.get();
   s.ws_open = c.ws_open.get();
   s.ws_upgrades_accepted = c.ws_upgrades_accepted.get();
   s.ws_upgrades_rejected = c.ws_upgrades_rejected.get();
@@ -261,7 +266,9 @@ void merge(pair_stats_snapshot& total, const pair_stats_snapshot& b) noexcept {
         &pair_stats_snapshot::outbound_messages,  &pair_stats_snapshot::outbound_depth,
         &pair_stats_snapshot::wakeups_to_io,      &pair_stats_snapshot::app_parks,
         &pair_stats_snapshot::loop_ticks,         &pair_stats_snapshot::app_errors,
-        &pair_stats_snapshot::latency_count,      &pair_stats_snapshot::latency_sum_us}) {
+        &pair_stats_snapshot::latency_count,      &pair_stats_snapshot::latency_sum_us,
+        &pair_stats_snapshot::body_timeouts,      &pair_stats_snapshot::write_timeouts,
+        &pair_stats_snapshot::budget_refusals,    &pair_stats_snapshot::budget_cuts}) {
     total.*field += b.*field;
   }
   for (auto field :

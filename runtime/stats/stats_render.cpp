@@ -150,6 +150,10 @@ void json_counters(json_object& o, const snap& s) {
   o.field("stale_messages", s.stale_messages);
   o.field("accept_pauses", s.accept_pauses);
   o.field("access_log_dropped", s.access_log_dropped);
+  o.field("body_timeouts", s.body_timeouts);
+  o.field("write_timeouts", s.write_timeouts);
+  o.field("budget_refusals", s.budget_refusals);
+  o.field("budget_cuts", s.budget_cuts);
   {
     json_object w{o.key("websockets")};
     w.field("open", s.ws_open);
@@ -538,6 +542,18 @@ std::string render_prometheus(std::span<const pair_stats_snapshot> pairs,
   per_pair(out, pairs, "cadeloop_access_log_dropped_total", "counter",
            "Access log lines dropped because the log queue was full.",
            [](const snap& s) { return s.access_log_dropped; });
+  per_pair(out, pairs, "cadeloop_body_timeouts_total", "counter",
+           "Request bodies cut by body_timeout or body_min_rate.",
+           [](const snap& s) { return s.body_timeouts; });
+  per_pair(out, pairs, "cadeloop_write_timeouts_total", "counter",
+           "Connections closed because their output was not read for write_timeout.",
+           [](const snap& s) { return s.write_timeouts; });
+  per_pair(out, pairs, "cadeloop_budget_refusals_total", "counter",
+           "Requests answered 503 because the pair was over memory_budget.",
+           [](const snap& s) { return s.budget_refusals; });
+  per_pair(out, pairs, "cadeloop_budget_cuts_total", "counter",
+           "Slowest connections cut to keep the pair within its memory or in-flight budget.",
+           [](const snap& s) { return s.budget_cuts; });
   per_pair(out, pairs, "cadeloop_websockets_open", "gauge", "Accepted WebSockets open now.",
            [](const snap& s) { return s.ws_open; });
   per_pair_labelled(

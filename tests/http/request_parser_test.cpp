@@ -333,6 +333,23 @@ const std::vector<vector_case>& vectors() {
     add("protocol_rtsp", "GET / RTSP/1.0\r\n\r\n");
     add("missing_host", "GET / HTTP/1.1\r\nAccept: */*\r\n\r\n");
     add("duplicate_host", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+    add("host_list", "GET / HTTP/1.1\r\nHost: a, b\r\n\r\n");
+    add("host_space", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n");
+    add("host_userinfo", "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n");
+    add("host_bad_port", "GET / HTTP/1.1\r\nHost: a:8x\r\n\r\n");
+    add("host_bad_ipv6", "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n");
+    add("host_valid_forms",
+        "GET / HTTP/1.1\r\nHost: example.com:8080\r\n\r\nGET / HTTP/1.1\r\nHost: "
+        "[::1]:80\r\n\r\nGET / HTTP/1.1\r\nHost: \r\n\r\nGET / HTTP/1.1\r\nHost: "
+        "10.0.0.1\r\n\r\n");
+    add("absolute_form_host_wins",
+        "GET http://real.example:81/p?q HTTP/1.1\r\nHost: other.example\r\nX: y\r\n\r\n");
+    add("absolute_form_userinfo",
+        "GET http://u:p@real.example/p HTTP/1.1\r\nHost: other.example\r\n\r\n");
+    add("absolute_form_empty_host", "GET http:///p HTTP/1.1\r\nHost: a\r\n\r\n");
+    add("absolute_form_bad_host", "GET http://a%20b|c/p HTTP/1.1\r\nHost: a\r\n\r\n");
+    add("http09_line", "GET /\r\n\r\n");
+    add("asterisk_get", "GET * HTTP/1.1\r\nHost: a\r\n\r\n");
     add("connect", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n");
     add("unknown_method", "FOO / HTTP/1.1\r\nHost: a\r\n\r\n");
     add("error_after_good_request",
@@ -819,6 +836,47 @@ TEST(request_parser, RejectsMissingOrDuplicateHost) {
   EXPECT_EQ(run_vec("http10_close").heads.size(), 1u);
 }
 
+TEST(request_parser, RejectsInvalidHostValues) {
+  expect_rejected("host_list", 400);
+  expect_rejected("host_space", 400);
+  expect_rejected("host_userinfo", 400);
+  expect_rejected("host_bad_port", 400);
+  expect_rejected("host_bad_ipv6", 400);
+  const run_result ok = run_vec("host_valid_forms");
+  EXPECT_EQ(ok.status, feed_status::ok);
+  ASSERT_EQ(ok.heads.size(), 4u);
+}
+
+TEST(request_parser, AbsoluteFormAuthorityWinsOverHost) {
+  const run_result r = run_vec("absolute_form_host_wins");
+  ASSERT_EQ(r.heads.size(), 1u);
+  const request_head& h = r.heads[0];
+  EXPECT_EQ(h.headers().find("host"), std::optional<std::string_view>{"real.example:81"});
+  EXPECT_EQ(h.headers().find("x"), std::optional<std::string_view>{"y"});
+  EXPECT_EQ(h.path(), "/p");
+  EXPECT_EQ(h.query(), "q");
+  EXPECT_EQ(h.headers().count("host"), 1u);
+  const run_result u = run_vec("absolute_form_userinfo");
+  ASSERT_EQ(u.heads.size(), 1u);
+  EXPECT_EQ(u.heads[0].headers().find("host"), std::optional<std::string_view>{"real.example"});
+  expect_rejected("absolute_form_empty_host", 400);
+  expect_rejected("absolute_form_bad_host", 400);
+}
+
+TEST(request_parser, RejectsHttp09RequestLine) {
+  expect_rejected("http09_line", 400);
+  // A 0.9 client sends the line and waits: the refusal comes without another byte.
+  request_parser p{request_limits{}};
+  const feed_result r = p.feed("GET /\r\n");
+  EXPECT_EQ(r.status, feed_status::error);
+  EXPECT_EQ(p.error().status, 400);
+}
+
+TEST(request_parser, RejectsAsteriskFormExceptForOptions) {
+  expect_rejected("asterisk_get", 400);
+  EXPECT_EQ(run_vec("asterisk_form").heads.size(), 1u);
+}
+
 TEST(request_parser, RejectsUnknownMethod) {
   expect_rejected("unknown_method", 400);
 }
@@ -1121,7 +1179,7 @@ TEST(request_parser, OnePieceHeadFieldsAreExact) {
   ASSERT_EQ(abs.heads.size(), 2u);
   EXPECT_EQ(abs.heads[0].path(), "/p");
   EXPECT_EQ(abs.heads[0].query(), "q");
-  EXPECT_EQ(header_list(abs.heads[0]), "host=h;content-length=2;");
+  EXPECT_EQ(header_list(abs.heads[0]), "host=h.example;content-length=2;");
   EXPECT_EQ(header_list(abs.heads[1]), "host=h;x-abcdefghijklmnop=Q;");
   const run_result browser = run_whole(browser_get());
   ASSERT_EQ(browser.heads.size(), 1u);

@@ -52,6 +52,7 @@ CHOSEN = {
     "forwarded_allow_ips": "10.0.0.0/8",
     "headers": "X-Test: 1",
     "env_file": os.devnull,  # the command line reads it
+    "uds_mode": "0600",
 }
 
 

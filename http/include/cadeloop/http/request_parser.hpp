@@ -182,6 +182,7 @@ class request_parser {
   int on_url(const char* at, std::size_t len);
   int on_url_complete();
   int on_version_complete();
+  int check_host();
   int on_headers_complete();
   int on_body(const char* at, std::size_t len);
   int on_chunk_header();

@@ -77,6 +77,20 @@ struct server_options {
   std::chrono::milliseconds linger_timeout{2000};
   /// Most bytes discarded while lingering before the socket is closed.
   std::uint64_t linger_max_bytes = 1024 * 1024;
+  /// A request body with no byte for this long while the app waits for it:
+  /// 408 (when nothing of the response went out) and the connection closes;
+  /// the app sees a disconnect.
+  std::chrono::milliseconds body_timeout{10000};
+  /// After body_timeout from its first wait, a request body arriving slower
+  /// than this many bytes per second on average is cut the same way (0: off).
+  std::uint64_t body_min_rate = 240;
+  /// Pending output of which no byte could be written for this long: the
+  /// connection closes (the app sees a disconnect).
+  std::chrono::milliseconds write_timeout{30000};
+  /// Unsent response bytes plus body bytes not yet taken by the app, all
+  /// connections of the pair: above it new requests get 503 and the
+  /// connections whose writes made no progress the longest are cut.
+  std::uint64_t memory_budget = std::uint64_t{256} << 20;
   /// `Server` header of the error responses the I/O thread writes ("" for none).
   std::string server_header = "cadeloop";
   /// The access log (off by default); see access_log.hpp.

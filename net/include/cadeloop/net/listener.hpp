@@ -33,6 +33,9 @@ struct listen_spec {
   bool reuse_port = true;
   /// unix_socket: the socket file's path.
   std::string path;
+  /// unix_socket: the socket file's permission bits, set after bind whatever
+  /// the umask (setting uds_mode).
+  unsigned mode = 0660;
   /// inherited_fd: the descriptor. The listener owns it once opened (and
   /// closes it); on a refusal it is left open for the caller.
   int fd = -1;

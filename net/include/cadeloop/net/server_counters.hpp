@@ -149,6 +149,12 @@ struct alignas(64) server_counters {
   /// whole response is queued for the socket (app responses only).
   alignas(64) latency_histogram latency;
 
+  // Slow and hostile clients (server_timeouts.cpp, server_budget.cpp).
+  counter body_timeouts;    ///< bodies cut by body_timeout or body_min_rate (also in timeouts)
+  counter write_timeouts;   ///< connections closed by write_timeout (also in timeouts)
+  counter budget_refusals;  ///< requests answered 503 because the pair was over memory_budget
+  counter budget_cuts;      ///< slowest connections cut to keep the pair within its budgets
+
   /// Counts one final response of `status` in its class (others are ignored).
   /// The writer thread only.
   void count_status(unsigned status) noexcept {

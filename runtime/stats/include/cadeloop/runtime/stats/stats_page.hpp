@@ -146,6 +146,10 @@ struct pair_stats_snapshot {
   std::uint64_t accept_pauses = 0;
   std::uint64_t write_calls = 0;
   std::uint64_t access_log_dropped = 0;
+  std::uint64_t body_timeouts = 0;    ///< request bodies cut by body_timeout / body_min_rate
+  std::uint64_t write_timeouts = 0;   ///< connections closed by write_timeout
+  std::uint64_t budget_refusals = 0;  ///< requests answered 503 over memory_budget
+  std::uint64_t budget_cuts = 0;      ///< slowest connections cut to stay within a budget
   // WebSockets (I/O thread): payload messages and bytes, closes by class.
   std::uint64_t ws_open = 0;               ///< accepted WebSockets open now
   std::uint64_t ws_upgrades_accepted = 0;  ///< upgrades the app accepted (101)

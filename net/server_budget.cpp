@@ -1,0 +1,42 @@
+// http_server::impl, the pair's memory budget against many slow clients at
+// once: unsent response bytes plus request body bytes the app has not
+// taken, checked as each send arrives from the app. Over it new requests
+// get 503 and the slowest clients are cut first: the write deadline list is
+// ordered by last progress, so its head is the client stalled the longest.
+// (Requests waiting for a body that does not come do not count against
+// max_requests_in_flight: see busy_in_flight() and body_timeout.)
+
+#include "server_impl.hpp"
+
+namespace cadeloop::net {
+
+// A new request while the pair is over its memory budget: answered 503
+// (once nothing earlier is in flight) and the connection closes after it.
+bool http_server::impl::refuse_over_budget(connection& c) {
+  if (!over_memory_budget()) {
+    return false;
+  }
+  ctr_.budget_refusals.add();
+  c.skipping = true;
+  c.stop_dispatch = true;
+  c.no_more_requests = true;
+  c.error_status = 503;
+  c.error_reason = "server over its memory budget, retry later";
+  return true;
+}
+
+// Called as a send arrives (a client that reads nothing causes no write
+// event, so checking only after writes would let its bytes pile up): while
+// over budget, the connection whose output made no progress the longest is
+// closed. The sender goes too if it is the slowest.
+void http_server::impl::enforce_memory_budget(const connection& sender) {
+  (void)sender;
+  deadline_list& l = lists_[static_cast<std::size_t>(timer_kind::write)];
+  while (over_memory_budget() && l.head != nullptr) {
+    connection& slowest = *l.head;
+    ctr_.budget_cuts.add();
+    close_now(slowest);  // unlinks it from the list
+  }
+}
+
+}  // namespace cadeloop::net

@@ -1,0 +1,55 @@
+"""An app for the slow- and hostile-client tests: uploads, big streamed responses, the Host it sees."""
+
+import json
+
+EVENTS: list[str] = []  # what the app saw (read back through /events)
+
+
+async def respond(send, body, status=200):
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            m = await receive()
+            if m["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif m["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    path = scope["path"]
+    if path == "/hello":
+        return await respond(send, b"hello")
+    if path == "/upload":
+        size = 0
+        while True:
+            m = await receive()
+            if m["type"] == "http.disconnect":
+                EVENTS.append("upload: http.disconnect")
+                return
+            size += len(m["body"])
+            if not m.get("more_body"):
+                break
+        return await respond(send, b"got %d" % size)
+    if path == "/big":
+        mb = int(scope["query_string"].decode().partition("=")[2] or "16")
+        chunk = b"x" * 65536
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(mb << 20).encode())]})
+        sent = 0
+        try:
+            while sent < mb << 20:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                sent += len(chunk)
+            await send({"type": "http.response.body", "body": b""})
+        except OSError:
+            EVENTS.append("big: gone")
+        return
+    if path == "/host":
+        hosts = [v.decode("latin-1") for k, v in scope["headers"] if k == b"host"]
+        return await respond(send, json.dumps({"host": hosts, "server": scope.get("server")}).encode())
+    if path == "/events":
+        return await respond(send, json.dumps(EVENTS).encode())
+    return await respond(send, b"not found", 404)
