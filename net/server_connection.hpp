@@ -4,6 +4,7 @@
 #pragma once
 
 #include "fifo.hpp"
+#include "tls_stream.hpp"
 #include "ws_connection.hpp"
 
 #include <cadeloop/http/request_parser.hpp>
@@ -104,6 +105,7 @@ struct connection {
     lingered = 0;
     client_text.clear();
     ws.reset();
+    tls = {};
   }
 
   std::uint32_t slot;
@@ -164,6 +166,9 @@ struct connection {
   clock_type::time_point deadline{};
   connection* tprev = nullptr;
   connection* tnext = nullptr;
+
+  // TLS (server_tls.cpp); inactive on a plain connection.
+  tls_stream tls;
 };
 
 inline bool has_body(const http::request_head& head) noexcept {

@@ -8,6 +8,7 @@
 #include <cadeloop/config/settings.hpp>
 #include <cadeloop/http/request.hpp>
 #include <cadeloop/net/access_log.hpp>
+#include <cadeloop/net/tls_context.hpp>
 #include <cadeloop/runtime/core_pair.hpp>
 #include <cadeloop/runtime/pair_settings.hpp>
 #include <cadeloop/runtime/stats/stats_page.hpp>
@@ -476,6 +477,36 @@ void register_server(py::module_& m) {
       },
       py::arg("list"),
       "Why a forwarded_allow_ips value is refused, or \"\" when it is good. Any thread.");
+  m.def(
+      "check_tls",
+      [](const py::dict& options) -> std::string {
+        const runtime::pair_settings s = pair_settings_from(options);
+        if (!s.pair.server.tls.enabled()) {
+          return {};
+        }
+        try {
+          net::tls_context::check(s.pair.server.tls);
+        } catch (const net::tls_error& e) {
+          return e.what();
+        }
+        return {};
+      },
+      py::arg("options"),
+      "'' when TLS is off or every ssl_* file and value of `options` (a core_options() dict) "
+      "loads, else one line naming the file and what is wrong with it. Any thread.");
+  m.def(
+      "tls_reload",
+      [] {
+        std::string problems;
+        std::size_t n = 0;
+        {
+          py::gil_scoped_release nogil;
+          n = net::tls_context::reload_all(problems);
+        }
+        return py::make_tuple(n, problems);
+      },
+      "Re-reads the certificate and key of this process's TLS contexts: (how many were "
+      "reloaded, the lines of those refused, which keep their old files). Any thread.");
   m.def("check_access_log_format", &net::check_access_log_format, py::arg("format"),
         "'' if the access-log format is valid, else one line naming the problem. Any thread.");
   m.def(

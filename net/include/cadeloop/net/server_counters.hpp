@@ -149,6 +149,17 @@ struct alignas(64) server_counters {
   /// whole response is queued for the socket (app responses only).
   alignas(64) latency_histogram latency;
 
+  // TLS (server_tls.cpp).
+  counter tls_handshakes;  ///< handshakes completed
+  counter tls_resumed;     ///< of those, sessions resumed (ticket or cache)
+  /// Handshakes completed by version: [0] TLS 1.2, [1] TLS 1.3.
+  std::array<counter, 2> tls_versions;
+  /// Handshakes that failed, by reason class: [0] protocol (no shared
+  /// version or cipher, bad records, alerts), [1] client certificate
+  /// refused or missing, [2] timed out, [3] plain HTTP sent to the TLS port,
+  /// [4] closed by the client or too many handshake bytes.
+  std::array<counter, 5> tls_failures;
+
   /// Counts one final response of `status` in its class (others are ignored).
   /// The writer thread only.
   void count_status(unsigned status) noexcept {
