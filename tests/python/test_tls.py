@@ -298,3 +298,107 @@ def test_alpn_answers_http11_to_a_client_that_offers_h2(certs: Certs, tmp_path: 
         assert "No ALPN negotiated" in p.stdout, p.stdout
     finally:
         assert s.stop() == 0, s.log()
+
+
+def test_session_resumption_with_a_ticket(certs: Certs, tmp_path: Path) -> None:
+    stats_port = free_port()
+    s = start(certs, tmp_path, "--stats-port", str(stats_port))
+    try:
+        request = b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        sess = tmp_path / "session.pem"
+        first = s_client(s.port, "-sess_out", str(sess), "-ign_eof", "-CAfile", str(certs.ca), stdin=request)
+        assert "HTTP/1.1 200" in first.stdout and sess.stat().st_size > 0, first.stdout
+        again = s_client(s.port, "-sess_in", str(sess), "-ign_eof", "-CAfile", str(certs.ca), stdin=request)
+        assert "Reused, TLSv1.3" in again.stdout and "HTTP/1.1 200" in again.stdout, again.stdout
+        tls = stats(stats_port)["totals"]["tls"]  # type: ignore[index]
+        assert tls["resumed"] >= 1 and tls["handshakes"] >= 2, tls  # type: ignore[index]
+        assert tls["versions"]["TLSv1.3"] >= 2, tls  # type: ignore[index]
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+# ----------------------------------------------------------------------------- the ASGI scope, mTLS, WSS
+
+
+def test_scope_has_scheme_https_and_the_tls_extension(certs: Certs, tmp_path: Path) -> None:
+    s = start(certs, tmp_path)
+    try:
+        doc = httpx.get(https(s) + "/", verify=client_context(certs), timeout=10).json()
+        assert doc["scheme"] == "https"
+        tls = doc["tls"]
+        assert tls["tls_version"] == 0x0304 and tls["cipher_suite"] in (0x1301, 0x1302, 0x1303), tls
+        assert tls["has_server_cert"] and tls["client_cert_chain"] == 0 and tls["client_cert_name"] is None
+        p = s_client(s.port, "-tls1_2", "-ign_eof", "-CAfile", str(certs.ca),
+                     stdin=b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        body, _ = json.JSONDecoder().raw_decode(p.stdout[p.stdout.index('{"scheme"'):])
+        assert body["tls"]["tls_version"] == 0x0303, body
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def test_client_certificates_required(certs: Certs, tmp_path: Path) -> None:
+    stats_port = free_port()
+    s = start(certs, tmp_path, "--ssl-ca-certs", str(certs.ca), "--ssl-cert-reqs", "2",
+              "--stats-port", str(stats_port))
+    try:
+        with httpx.Client(verify=client_context(certs, certs.client), timeout=10) as client:
+            tls = client.get(https(s) + "/").json()["tls"]
+        assert tls["client_cert_chain"] >= 1 and "CN=alice" in tls["client_cert_name"], tls
+        assert tls["client_cert_error"] is None
+        for ctx in (client_context(certs), client_context(certs, certs.stranger)):
+            with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
+                httpx.get(https(s) + "/", verify=ctx, timeout=10)
+        failures = stats(stats_port)["totals"]["tls"]["failures"]  # type: ignore[index]
+        assert failures["client_cert"] >= 2, failures  # type: ignore[index]
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def test_client_certificates_optional(certs: Certs, tmp_path: Path) -> None:
+    s = start(certs, tmp_path, "--ssl-ca-certs", str(certs.ca), "--ssl-cert-reqs", "1")
+    try:
+        tls = httpx.get(https(s) + "/", verify=client_context(certs), timeout=10).json()["tls"]
+        assert tls["client_cert_chain"] == 0 and tls["client_cert_name"] is None
+        tls = httpx.get(https(s) + "/", verify=client_context(certs, certs.client), timeout=10).json()["tls"]
+        assert "CN=alice" in tls["client_cert_name"]
+        with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
+            httpx.get(https(s) + "/", verify=client_context(certs, certs.stranger), timeout=10)
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def test_wss_with_the_websockets_client(certs: Certs, tmp_path: Path) -> None:
+    from websockets.sync.client import connect
+
+    s = start(certs, tmp_path, cores=2)
+    try:
+        with connect(f"wss://127.0.0.1:{s.port}/ws", ssl=client_context(certs), open_timeout=10) as ws:
+            hello = json.loads(ws.recv(timeout=10))
+            assert hello["scheme"] == "wss" and hello["tls"]["tls_version"] in (0x0303, 0x0304), hello
+            for i in range(20):
+                ws.send(f"message {i}" * 100)
+                assert ws.recv(timeout=10) == f"message {i}" * 100
+            big = os.urandom(1_000_000)
+            ws.send(big)
+            assert ws.recv(timeout=10) == big
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def test_plain_http_and_timeouts_are_counted(certs: Certs, tmp_path: Path) -> None:
+    stats_port = free_port()
+    s = start(certs, tmp_path, "--request-line-timeout", "0.3", "--stats-port", str(stats_port))
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=5) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            while sock.recv(4096):
+                pass
+        with socket.create_connection(("127.0.0.1", s.port), timeout=5) as sock:
+            sock.sendall(b"\x16\x03\x01")
+            assert sock.recv(4096) == b""
+        failures = stats(stats_port)["totals"]["tls"]["failures"]  # type: ignore[index]
+        assert failures["plain_http"] == 1 and failures["timeout"] == 1, failures
+        metrics = httpx.get(f"http://127.0.0.1:{stats_port}/metrics", timeout=10).text
+        assert 'cadeloop_tls_handshake_failures_total{pair="0",reason="plain_http"} 1' in metrics, metrics
+    finally:
+        assert s.stop() == 0, s.log()
