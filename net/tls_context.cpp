@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -208,7 +209,16 @@ std::vector<std::weak_ptr<tls_context>>& registry() {
 
 }  // namespace
 
-tls_context::tls_context(tls_options o) : opt_{std::move(o)}, ctx_{build(opt_).release()} {}
+tls_context::tls_context(tls_options o) : opt_{std::move(o)}, ctx_{build(opt_).release()} {
+  // OpenSSL writes to the socket with write(2), not send(MSG_NOSIGNAL) as
+  // Asio does: a client gone mid-write must be an EPIPE, not a SIGPIPE that
+  // kills the process. (CPython ignores SIGPIPE already; this is for a C++
+  // host.) A handler someone installed is left alone.
+  struct sigaction old {};
+  if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+}
 
 tls_context::~tls_context() {
   SSL_CTX_free(ctx_);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import ssl
 import struct
@@ -401,4 +402,81 @@ def test_plain_http_and_timeouts_are_counted(certs: Certs, tmp_path: Path) -> No
         metrics = httpx.get(f"http://127.0.0.1:{stats_port}/metrics", timeout=10).text
         assert 'cadeloop_tls_handshake_failures_total{pair="0",reason="plain_http"} 1' in metrics, metrics
     finally:
+        assert s.stop() == 0, s.log()
+
+
+# ----------------------------------------------------------------------------- reload
+
+
+def _served_common_name(port: int, ctx: ssl.SSLContext) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            cert = tls.getpeercert()
+    names = [v for rdn in cert["subject"] for (k, v) in rdn if k == "commonName"]
+    return names[0] if names else ""
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_sighup_reloads_the_certificate_under_load(certs: Certs, tmp_path: Path, cores: int) -> None:
+    import shutil
+    import threading
+
+    cert, key = tmp_path / "live-cert.pem", tmp_path / "live-key.pem"
+    shutil.copy(certs.cert, cert)
+    shutil.copy(certs.key, key)
+    s = ServerProcess("tls_app:app", "--cores", str(cores), "--ssl-certfile", str(cert), "--ssl-keyfile", str(key),
+                      tmp=tmp_path).start()
+    ctx = client_context(certs)
+    failures: list[str] = []
+    done = threading.Event()
+    count = 0
+
+    def load() -> None:
+        nonlocal count
+        while not done.is_set():
+            try:
+                with httpx.Client(verify=ctx, timeout=10) as c:
+                    for _ in range(3):
+                        assert c.get(https(s) + "/").status_code == 200
+                        count += 1
+            except Exception as exc:  # noqa: BLE001 - every failure is what the test counts
+                failures.append(repr(exc))
+
+    try:
+        first = _served_common_name(s.port, ctx)
+        kept = httpx.Client(verify=ctx, timeout=10)
+        assert kept.get(https(s) + "/").status_code == 200  # an open keep-alive connection
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        # The new files replace the old ones whole, as a deploy does.
+        shutil.copy(certs.other_cert, tmp_path / "next-cert.pem")
+        shutil.copy(certs.other_cert_key, tmp_path / "next-key.pem")
+        os.replace(tmp_path / "next-cert.pem", cert)
+        os.replace(tmp_path / "next-key.pem", key)
+        os.kill(s.pid, signal.SIGHUP)
+        s.wait_log("TLS certificate and key reloaded")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # every serving process has reloaded
+            if all(_served_common_name(s.port, ctx) == "the second certificate" for _ in range(8)):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"new connections still get the old certificate:\n{s.log()}")
+        assert first != "the second certificate"
+        assert kept.get(https(s) + "/").status_code == 200  # the open connection was kept
+        # A bad new file: one line, and the certificate loaded last stays.
+        key.write_bytes(b"not a key\n")
+        os.kill(s.pid, signal.SIGHUP)
+        line = s.wait_log(r"TLS reload refused, the old certificate stays: ssl_keyfile: .*live-key\.pem: .*").group(0)
+        assert "\n" not in line
+        assert _served_common_name(s.port, ctx) == "the second certificate"
+        done.set()
+        for t in threads:
+            t.join(30)
+        kept.close()
+        assert failures == [] and count > 0, failures[:3]
+        assert s.proc is not None and s.proc.poll() is None  # SIGHUP did not stop the server
+    finally:
+        done.set()
         assert s.stop() == 0, s.log()

@@ -41,7 +41,8 @@ class tls_error : public std::runtime_error {
 /// I/O thread while another thread reloads.
 class tls_context {
  public:
-  /// Loads and checks everything `o` names; throws tls_error.
+  /// Loads and checks everything `o` names; throws tls_error. Sets SIGPIPE
+  /// to be ignored if it has its default action (OpenSSL writes with write(2)).
   explicit tls_context(tls_options o);
   ~tls_context();
   tls_context(const tls_context&) = delete;
