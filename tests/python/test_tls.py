@@ -480,3 +480,20 @@ def test_sighup_reloads_the_certificate_under_load(certs: Certs, tmp_path: Path,
     finally:
         done.set()
         assert s.stop() == 0, s.log()
+
+
+def test_renegotiation_is_refused(certs: Certs, tmp_path: Path) -> None:
+    s = start(certs, tmp_path)
+    try:
+        p = subprocess.Popen(["openssl", "s_client", "-connect", f"127.0.0.1:{s.port}", "-tls1_2"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert p.stdin is not None
+        p.stdin.write(b"R\n")  # s_client's command for a renegotiation
+        p.stdin.flush()
+        time.sleep(1.5)  # the server's refusal ends the session; s_client exits
+        out, _ = p.communicate(timeout=20)
+        text = out.decode(errors="replace")
+        assert "RENEGOTIATING" in text and "no renegotiation" in text, text
+        assert httpx.get(https(s) + "/", verify=client_context(certs), timeout=10).status_code == 200
+    finally:
+        assert s.stop() == 0, s.log()
