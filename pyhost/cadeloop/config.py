@@ -116,10 +116,6 @@ class _ConfigMethods:
         problem = _core.check_access_log_format(getattr(self, "access_log_format"))
         if problem:
             raise SettingError(problem if problem.startswith("access_log_format") else f"access_log_format: {problem}")
-        if getattr(self, "ssl_certfile") is not None:  # the TLS files are read before anything binds
-            problem = _core.check_tls(self.core_options())
-            if problem:
-                raise SettingError(problem)
 
     def table_values(self) -> dict[str, Any]:
         """Every setting's value by name, in table order (an ASGI app object as `app` is shown as None)."""
