@@ -150,7 +150,8 @@ class tls_client {
   void flush() {
     while (!out.empty()) {
       ERR_clear_error();
-      const int n = SSL_write(ssl_, out.data(), static_cast<int>(std::min<std::size_t>(out.size(), 1 << 20)));
+      const int n =
+          SSL_write(ssl_, out.data(), static_cast<int>(std::min<std::size_t>(out.size(), 1 << 20)));
       if (n <= 0) {
         return;
       }
@@ -241,8 +242,9 @@ TEST_F(tls_server_test, PipelinedRequestsAndLargeResponsesInOrder) {
   tls_client c{port};
   ASSERT_TRUE(c.connected());
   ASSERT_TRUE(pump_until([&] { return c.handshake(); }));
-  c.out = "GET /a HTTP/1.1\r\nHost: t\r\n\r\nGET /b HTTP/1.1\r\nHost: t\r\n\r\n"
-          "GET /c HTTP/1.1\r\nHost: t\r\n\r\n";
+  c.out =
+      "GET /a HTTP/1.1\r\nHost: t\r\n\r\nGET /b HTTP/1.1\r\nHost: t\r\n\r\n"
+      "GET /c HTTP/1.1\r\nHost: t\r\n\r\n";
   c.flush();
   ASSERT_TRUE(pump_until([&] { return sink.requests.size() == 3; }));
   for (const seen_request& r : sink.requests) {
@@ -268,10 +270,12 @@ TEST_F(tls_server_test, PipelinedRequestsAndLargeResponsesInOrder) {
                              byte_buffer::copy_of(whole.substr(half)), end));
   }
   const std::string expected = response(sizes[0]) + response(sizes[1]) + response(sizes[2]);
-  ASSERT_TRUE(pump_until([&] {
-    c.poll();
-    return c.in.size() >= expected.size();
-  }, 20s));
+  ASSERT_TRUE(pump_until(
+      [&] {
+        c.poll();
+        return c.in.size() >= expected.size();
+      },
+      20s));
   EXPECT_TRUE(c.in == expected);
   EXPECT_FALSE(c.broken);
 }
@@ -284,14 +288,16 @@ TEST_F(tls_server_test, LargeUploadReadThroughOpenSslBuffers) {
   const std::size_t n = 4 * 1024 * 1024;
   c.out = "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: " + std::to_string(n) + "\r\n\r\n" +
           std::string(n, 'u');
-  ASSERT_TRUE(pump_until([&] {
-    c.flush();
-    if (sink.unconsumed > 0) {  // the app reads the body as it comes
-      server->consume(sink.body_conn, sink.unconsumed);
-      sink.unconsumed = 0;
-    }
-    return sink.body_done;
-  }, 20s));
+  ASSERT_TRUE(pump_until(
+      [&] {
+        c.flush();
+        if (sink.unconsumed > 0) {  // the app reads the body as it comes
+          server->consume(sink.body_conn, sink.unconsumed);
+          sink.unconsumed = 0;
+        }
+        return sink.body_done;
+      },
+      20s));
   EXPECT_EQ(sink.body_bytes, n);
   ASSERT_EQ(sink.requests.size(), 1U);
   send_flags end;
