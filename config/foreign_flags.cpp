@@ -17,8 +17,6 @@ namespace {
 
 using hint = std::pair<std::string_view, std::string_view>;
 
-constexpr std::string_view no_tls =
-    "not supported: cadeloop serves plain HTTP; terminate TLS at the proxy in front";
 constexpr std::string_view no_reload = "not supported: restart the server after a change";
 constexpr std::string_view own_loop = "not needed: cadeloop always runs its own event loop";
 constexpr std::string_view own_http = "not needed: cadeloop has one HTTP/1.1 implementation";
@@ -49,13 +47,7 @@ constexpr std::array foreign_flags{
          "uvicorn's; not supported: pairs are not replaced after N requests"},
     hint{"--timeout-worker-healthcheck", "uvicorn's; not supported"},
     hint{"--h11-max-incomplete-event-size", "uvicorn's; cadeloop's is --max-header-bytes"},
-    hint{"--ssl-keyfile", no_tls},
-    hint{"--ssl-certfile", no_tls},
-    hint{"--ssl-keyfile-password", no_tls},
-    hint{"--ssl-version", no_tls},
-    hint{"--ssl-cert-reqs", no_tls},
-    hint{"--ssl-ca-certs", no_tls},
-    hint{"--ssl-ciphers", no_tls},
+    hint{"--ssl-version", "uvicorn's; cadeloop's is --ssl-min-version (1.2 or 1.3)"},
     // granian
     hint{"--threads", "granian's; cadeloop's is --cores (one I/O thread and one app thread each)"},
     hint{"--blocking-threads", "granian's; not needed: each core pair has one app thread"},
@@ -66,8 +58,8 @@ constexpr std::array foreign_flags{
     hint{"--url-path-prefix", "granian's; cadeloop's is --root-path"},
     hint{"--respawn-failed-workers", "granian's; not supported"},
     hint{"--workers-lifetime", "granian's; not supported"},
-    hint{"--ssl-certificate", no_tls},
-    hint{"--ssl-key", no_tls},
+    hint{"--ssl-certificate", "granian's; cadeloop's is --ssl-certfile"},
+    hint{"--ssl-key", "granian's; cadeloop's is --ssl-keyfile"},
     // hypercorn
     hint{"--bind", "hypercorn's; cadeloop's are --host and --port (or --uds, --fd)"},
     hint{"-b", "hypercorn's --bind; cadeloop's are --host and --port (or --uds, --fd)"},
@@ -79,8 +71,8 @@ constexpr std::array foreign_flags{
     hint{"--error-logfile", "hypercorn's; not supported: the server log goes to stderr"},
     hint{"--worker-class", own_loop},
     hint{"-k", own_loop},
-    hint{"--certfile", no_tls},
-    hint{"--keyfile", no_tls},
+    hint{"--certfile", "hypercorn's; cadeloop's is --ssl-certfile"},
+    hint{"--keyfile", "hypercorn's; cadeloop's is --ssl-keyfile"},
     hint{"--max-requests", "hypercorn's; not supported: pairs are not replaced after N requests"},
     hint{"--read-timeout", "hypercorn's; cadeloop's is --request-line-timeout"},
 };

@@ -37,6 +37,8 @@ constexpr std::string_view ws_section = "WebSockets";
 constexpr std::string_view log_section = "Logging";
 constexpr std::string_view stats_section = "Statistics";
 constexpr std::string_view tuning_section = "Tuning";
+constexpr std::string_view tls_section = "TLS";
+constexpr std::array<std::string_view, 2> tls_versions{"1.2", "1.3"};
 
 // Bounds a designated initializer cannot name shorter.
 constexpr double day = 86400.0;

@@ -96,6 +96,10 @@ void http_server::impl::open_connection(socket_type peer, bool tcp) {
   ++open_count_;
   ctr_.connections_accepted.add();
   ctr_.connections_open.add();
+  if (!tls_open(c)) {
+    close_now(c);
+    return;
+  }
   settle(c);
 }
 

@@ -68,6 +68,7 @@ void http_server::impl::begin_close(connection& c) {
   // Shut our side and keep reading a little: closing with unread input
   // would send a reset that can destroy the response before the client
   // reads it (a 413 answered before the body was read, for instance).
+  tls_close_notify(c);
   error_code ec;
   c.socket->shutdown(asio::socket_base::shutdown_send, ec);
   if (ec) {
@@ -131,7 +132,8 @@ void http_server::impl::update_timer(connection& c) {
   }
   if (want == timer_kind::none && c.in_flight() == 0 && c.unsent == 0 && !c.no_more_requests &&
       c.error_status == 0) {
-    want = c.parser.mid_message() || c.rbeg != c.rend ? timer_kind::head : timer_kind::idle;
+    want = c.parser.mid_message() || c.rbeg != c.rend || c.tls.handshaking() ? timer_kind::head
+                                                                             : timer_kind::idle;
   }
   if (want != c.tkind) {
     unlink_timer(c);
@@ -222,6 +224,9 @@ void http_server::impl::on_timer() {
 void http_server::impl::expire(connection& c, timer_kind k) {
   switch (k) {
     case timer_kind::head:
+      if (tls_expire(c)) {
+        break;  // a handshake too slow: cut without a word
+      }
       // A head trickling in for too long while nothing is in flight: 408.
       ctr_.timeouts.add();
       queue_error_response(c, 408, "request head not received in time");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "fifo.hpp"
+#include "tls_stream.hpp"
 #include "ws_connection.hpp"
 
 #include <cadeloop/http/request_parser.hpp>
@@ -108,6 +109,7 @@ struct connection {
     ws.reset();
     body_since = {};
     body_got = 0;
+    tls = {};
   }
 
   std::uint32_t slot;
@@ -173,6 +175,8 @@ struct connection {
   // waits for body bytes the app asked for, and how many came since.
   clock_type::time_point body_since{};
   std::uint64_t body_got = 0;
+  // TLS (server_tls.cpp); inactive on a plain connection.
+  tls_stream tls;
 };
 
 inline bool has_body(const http::request_head& head) noexcept {

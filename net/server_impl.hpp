@@ -13,6 +13,7 @@
 #include <cadeloop/net/access_log.hpp>
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
+#include <cadeloop/net/tls_context.hpp>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/io_context.hpp>
@@ -45,6 +46,9 @@ class http_server::impl {
     opt_.read_buffer_size = std::max<std::size_t>(opt_.read_buffer_size, 1024);
     if (opt_.access_log.enabled) {
       log_ = std::make_unique<access_log>(opt_.access_log);
+    }
+    if (opt_.tls.enabled()) {
+      tls_ = tls_context::shared(opt_.tls);
     }
   }
 
@@ -284,6 +288,25 @@ class http_server::impl {
   void ws_queue_frame(connection& c, http::ws_opcode op, std::string_view payload);
   http::ws_deflater& ws_shared_deflater(int window_bits);
   http::ws_inflater& ws_inflater_for(connection& c);
+
+  // ------------------------------------------------------------ TLS
+  // (server_tls.cpp; every call is a plain socket call on a plain connection)
+
+  // A new connection's SSL: false when it cannot be made (close it).
+  bool tls_open(connection& c);
+  // What read_some / write_some are on a plain connection; the handshake
+  // runs inside the first reads.
+  std::size_t recv_some(connection& c, char* p, std::size_t n, error_code& ec);
+  std::size_t send_some(connection& c, const std::vector<asio::const_buffer>& iov, error_code& ec);
+  // arm_read's part: true when the read was armed here (bytes held inside
+  // OpenSSL, or a read that waits for writability).
+  bool tls_arm_read(connection& c);
+  void tls_close_notify(connection& c);
+  // expire(head)'s part: a handshake that took too long is cut (true).
+  bool tls_expire(connection& c);
+  void tls_note_handshake(connection& c);
+  void tls_fail(connection& c, std::size_t reason_class);
+  std::unique_ptr<tls_details> make_details(ssl_st* s);
   asio::io_context& io_;
   event_sink& sink_;
   server_options opt_;
@@ -324,6 +347,12 @@ class http_server::impl {
   bool timer_armed_ = false;
   clock_type::time_point timer_at_{};
   std::uint64_t timer_epoch_ = 0;
+
+  std::shared_ptr<tls_context> tls_;  // null: plain TCP
+  std::string tls_scratch_;           // small pieces coalesced into one record
+  // The PEM of the server certificate of the context last seen.
+  const void* tls_pem_ctx_ = nullptr;
+  std::shared_ptr<const std::string> tls_server_pem_;
 };
 
 }  // namespace cadeloop::net

@@ -18,6 +18,9 @@ void http_server::impl::arm_read(connection& c) {
     return;
   }
   c.read_armed = true;
+  if (tls_arm_read(c)) {
+    return;
+  }
   const connection_id id = c.id();
   c.socket->async_wait(asio::socket_base::wait_read,
                        [this, id](const error_code& ec) { on_readable(id, ec); });
@@ -53,8 +56,8 @@ void http_server::impl::read_available(connection& c) {
     c.rbuf = take_buffer();
   }
   error_code read_ec;
-  const std::size_t n = c.socket->read_some(
-      asio::buffer(c.rbuf.get() + c.rend, opt_.read_buffer_size - c.rend), read_ec);
+  const std::size_t n =
+      recv_some(c, c.rbuf.get() + c.rend, opt_.read_buffer_size - c.rend, read_ec);
   if (would_block(read_ec)) {
     settle(c);
     return;
@@ -202,7 +205,8 @@ void http_server::impl::dispatch_head(connection& c, const http::parse_event& ev
   }
   c.skipping = false;
   const bool body = has_body(*ev.head);
-  request_info info{c.client, c.server, body, draining_, false};
+  request_info info{c.client, c.server, body, draining_, c.tls.active()};
+  info.tls_info = c.tls.details;
   if (ev.head->websocket_upgrade() && opt_.ws.enabled) {
     if (!ws_prepare(c, *ev.head)) {
       c.skipping = true;  // refused with 400/426: the app never sees it

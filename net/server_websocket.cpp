@@ -169,8 +169,7 @@ void http_server::impl::ws_on_readable(connection& c) {
     return;
   }
   error_code ec;
-  const std::size_t n =
-      c.socket->read_some(asio::buffer(c.rbuf.get() + c.rend, opt_.read_buffer_size - c.rend), ec);
+  const std::size_t n = recv_some(c, c.rbuf.get() + c.rend, opt_.read_buffer_size - c.rend, ec);
   if (would_block(ec)) {
     if (c.rbeg == c.rend) {
       c.rbeg = c.rend = 0;

@@ -276,7 +276,7 @@ void http_server::impl::write_once(connection& c) {
     iov_.emplace_back(v.data(), v.size());
   }
   error_code ec;
-  std::size_t n = c.socket->write_some(iov_, ec);
+  std::size_t n = send_some(c, iov_, ec);
   ctr_.write_calls.add();
   if (would_block(ec)) {
     n = 0;

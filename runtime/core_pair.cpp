@@ -23,6 +23,7 @@ inbound_message app_side::adopt(const inbound_event& ev) noexcept {
       m.head.reset(static_cast<http::request_head*>(ev.data));
       m.info = net::request_info{ev.client,         ev.server, ev.has_body,
                                  ev.server_closing, ev.tls,    ev.websocket};
+      m.info.tls_info = net::tls_ref::adopt(ev.tls_info);
       break;
     case inbound_kind::ws_message:
       m.body = net::byte_buffer::adopt(static_cast<char*>(ev.data), ev.size);

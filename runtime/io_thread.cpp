@@ -301,6 +301,7 @@ void io_thread::on_request(net::connection_id conn, std::uint32_t request,
   ev.websocket = info.websocket;
   ev.client = info.client;
   ev.server = info.server;
+  ev.tls_info = net::tls_ref{info.tls_info}.release();
   ev.data = head.get();
   ch_.inbound.stage(ev);
   (void)head.release();  // the ring owns it now

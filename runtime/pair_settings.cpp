@@ -161,6 +161,18 @@ void each_binding(Settings& s, Bind&& bind) {
   bind(setting_id::ws_ping_timeout, "pair.server.ws.ping_timeout", ws.ping_timeout);
   bind(setting_id::ws_per_message_deflate, "pair.server.ws.per_message_deflate",
        ws.per_message_deflate);
+  // ---- TLS (the I/O thread)
+  auto& tls = server.tls;
+  bind(setting_id::ssl_certfile, "pair.server.tls.certfile", text_or_none{tls.certfile});
+  bind(setting_id::ssl_keyfile, "pair.server.tls.keyfile", text_or_none{tls.keyfile});
+  bind(setting_id::ssl_keyfile_password, "pair.server.tls.keyfile_password",
+       text_or_none{tls.keyfile_password});
+  bind(setting_id::ssl_ca_certs, "pair.server.tls.ca_certs", text_or_none{tls.ca_certs});
+  bind(setting_id::ssl_cert_reqs, "pair.server.tls.cert_reqs", tls.cert_reqs);
+  bind(setting_id::ssl_ciphers, "pair.server.tls.ciphers", text_or_none{tls.ciphers});
+  bind(setting_id::ssl_ciphersuites, "pair.server.tls.ciphersuites",
+       text_or_none{tls.ciphersuites});
+  bind(setting_id::ssl_min_version, "pair.server.tls.min_version", tls.min_version);
   // ---- the pair itself
   bind(setting_id::grace, "pair.grace", s.pair.grace);
   bind(setting_id::io_spin_us, "pair.spin", s.pair.spin);

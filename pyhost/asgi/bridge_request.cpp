@@ -248,6 +248,40 @@ PyObject* bridge::address_tuple(const net::socket_address& a, bool server_side) 
   Py_RETURN_NONE;
 }
 
+namespace {
+
+/// A str from `text`, or None when it is empty (a new reference; null on error).
+PyObject* str_or_none(const std::string& text) {
+  if (text.empty()) {
+    Py_RETURN_NONE;
+  }
+  return PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+}
+
+/// scope["extensions"]["tls"] of the ASGI TLS extension (a new reference; null on error).
+PyObject* tls_extension(const net::tls_details& d) {
+  PyObject* chain = PyList_New(0);
+  for (std::size_t i = 0; chain != nullptr && i < d.client_cert_chain.size(); ++i) {
+    PyObject* pem = str_or_none(d.client_cert_chain[i]);
+    if (pem == nullptr || PyList_Append(chain, pem) != 0) {
+      Py_CLEAR(chain);
+    }
+    Py_XDECREF(pem);
+  }
+  if (chain == nullptr) {
+    return nullptr;
+  }
+  static const std::string none;
+  return Py_BuildValue("{s:N,s:N,s:N,s:N,s:i,s:i}", "server_cert",
+                       str_or_none(d.server_cert ? *d.server_cert : none), "client_cert_chain",
+                       chain, "client_cert_name", str_or_none(d.client_cert_name),
+                       "client_cert_error", str_or_none(d.client_cert_error), "tls_version",
+                       static_cast<int>(d.version), "cipher_suite",
+                       static_cast<int>(d.cipher_suite));
+}
+
+}  // namespace
+
 PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs) {
   const http::request_head& head = *m.head;
   PyObject* scope = PyDict_Copy(scope_template_);
@@ -314,7 +348,13 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
                   put(n_.headers, build_headers(head)) && put(n_.client, Py_XNewRef(cs.client)) &&
                   put(n_.server, Py_XNewRef(last_server_)) &&
                   (state_ == nullptr || put(n_.state, PyDict_Copy(state_)));
-  if (!ok ||
+  // Over TLS: scheme https and the TLS extension.
+  const bool tls_ok =
+      !m.info.tls ||
+      (put(n_.scheme, PyUnicode_FromString("https")) &&
+       (!m.info.tls_info ||
+        put(n_.extensions, Py_BuildValue("{s:N}", "tls", tls_extension(*m.info.tls_info)))));
+  if (!ok || !tls_ok ||
       !apply_forwarded(scope, n_.client, n_.scheme, options_.proxy, m.info.client, head,
                        m.info.websocket)) {
     Py_DECREF(scope);

@@ -76,6 +76,9 @@ PyObject* bridge::websocket_scope(PyObject* scope, const http::request_head& hea
   PyObject* subprotocols = PyList_New(0);
   PyObject* extensions = Py_BuildValue("{s:{}}", "websocket.http.response");
   bool ok = subprotocols != nullptr && extensions != nullptr;
+  if (PyObject* given = PyDict_GetItem(scope, n_.extensions); ok && given != nullptr) {
+    ok = PyDict_Update(extensions, given) == 0;  // the TLS extension build_scope put there
+  }
   const http::header_block& block = head.headers();
   for (std::size_t i = 0; ok && i < block.size(); ++i) {
     const http::header_field f = block[i];

@@ -8,12 +8,20 @@
 #include <cadeloop/config/settings.hpp>
 #include <cadeloop/http/request.hpp>
 #include <cadeloop/net/access_log.hpp>
+#include <cadeloop/net/tls_context.hpp>
 #include <cadeloop/runtime/core_pair.hpp>
 #include <cadeloop/runtime/pair_settings.hpp>
+#include <cadeloop/runtime/server_log.hpp>
 #include <cadeloop/runtime/stats/stats_page.hpp>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <mutex>
+#include <thread>
 
 #include <algorithm>
 #include <array>
@@ -379,6 +387,63 @@ class server_core {
   bool started_ = false;
 };
 
+// ---------------------------------------------------------------- TLS reload on a signal
+//
+// The signal handler only writes a byte to a pipe; a thread of this process
+// reads it and re-reads the certificate and key of every TLS context the
+// process's I/O threads share (net::tls_context::reload_all), whatever the
+// interpreters of the process are doing.
+
+int reload_pipe[2] = {-1, -1};
+
+extern "C" void on_tls_reload_signal(int /*signum*/) {
+  const int saved = errno;
+  const char b = 1;
+  (void)!::write(reload_pipe[1], &b, 1);
+  errno = saved;
+}
+
+void tls_reload_thread() {
+  for (;;) {
+    char b = 0;
+    const ssize_t n = ::read(reload_pipe[0], &b, 1);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return;
+    }
+    std::string problems;
+    const std::size_t done = net::tls_context::reload_all(problems);
+    if (!problems.empty()) {
+      runtime::server_log::write(runtime::server_log::log_level::warning, problems);
+    }
+    if (done != 0) {
+      runtime::server_log::write(runtime::server_log::log_level::info,
+                                 std::string{"TLS certificate and key reloaded (pid "}
+                                     .append(std::to_string(::getpid()))
+                                     .append("): new connections get them, open ones keep theirs"));
+    }
+  }
+}
+
+void tls_reload_on_signal(int signum) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (::pipe2(reload_pipe, O_CLOEXEC) != 0) {
+      throw std::runtime_error("cannot make the TLS reload pipe");
+    }
+    std::thread{tls_reload_thread}.detach();
+  });
+  struct sigaction sa {};
+  sa.sa_handler = on_tls_reload_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  if (::sigaction(signum, &sa, nullptr) != 0) {
+    throw std::runtime_error("cannot install the TLS reload signal handler");
+  }
+}
+
 }  // namespace
 
 void register_server(py::module_& m) {
@@ -476,6 +541,39 @@ void register_server(py::module_& m) {
       },
       py::arg("list"),
       "Why a forwarded_allow_ips value is refused, or \"\" when it is good. Any thread.");
+  m.def(
+      "check_tls",
+      [](const py::dict& options) -> std::string {
+        const runtime::pair_settings s = pair_settings_from(options);
+        if (!s.pair.server.tls.enabled()) {
+          return {};
+        }
+        try {
+          net::tls_context::check(s.pair.server.tls);
+        } catch (const net::tls_error& e) {
+          return e.what();
+        }
+        return {};
+      },
+      py::arg("options"),
+      "'' when TLS is off or every ssl_* file and value of `options` (a core_options() dict) "
+      "loads, else one line naming the file and what is wrong with it. Any thread.");
+  m.def(
+      "tls_reload",
+      [] {
+        std::string problems;
+        std::size_t n = 0;
+        {
+          py::gil_scoped_release nogil;
+          n = net::tls_context::reload_all(problems);
+        }
+        return py::make_tuple(n, problems);
+      },
+      "Re-reads the certificate and key of this process's TLS contexts: (how many were "
+      "reloaded, the lines of those refused, which keep their old files). Any thread.");
+  m.def("tls_reload_on_signal", &tls_reload_on_signal, py::arg("signum"),
+        "From now on `signum` makes this process re-read the certificate and key of its TLS "
+        "contexts (a thread does it and logs one line; a refused file keeps the old one).");
   m.def("check_access_log_format", &net::check_access_log_format, py::arg("format"),
         "'' if the access-log format is valid, else one line naming the problem. Any thread.");
   m.def(

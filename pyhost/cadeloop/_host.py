@@ -190,6 +190,8 @@ class HostSupervisor(ProcessSupervisor):
         """The serving process: the pairs of group `index` as sub-interpreters. Returns the exit code."""
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # the parent owns them; it stops us through control_r
+        if self.config.ssl_certfile is not None:  # the parent forwards SIGHUP: re-read the TLS files
+            _core.tls_reload_on_signal(signal.SIGHUP)
         # No parent-death signal: when the parent is gone, the end of the control pipe drains us.
         if os.getppid() != self.pid:
             return 1

@@ -392,6 +392,8 @@ class PairServer:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signals.append((sig, signal.getsignal(sig)))
                 loop.add_signal_handler(sig, self._on_signal, sig)
+            if config.ssl_certfile is not None:  # SIGHUP re-reads the TLS certificate and key
+                _core.tls_reload_on_signal(signal.SIGHUP)
             if config.stats_json_on_exit:
                 path = config.stats_json_on_exit
                 signals.append((signal.SIGUSR1, signal.getsignal(signal.SIGUSR1)))

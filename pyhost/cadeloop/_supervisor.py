@@ -133,6 +133,9 @@ class Supervisor:
     # --- the policy, shared by both modes
     def on_signal(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
+        if signum == signal.SIGHUP and getattr(self.config, "ssl_certfile", None) is not None:
+            self.reload_tls()  # with TLS on, SIGHUP re-reads the certificate (docs/operations.md)
+            return
         if self.stop_level == 0:
             logger.info("%s: shutting down %d core pairs: finishing requests in flight (grace %gs)",
                         name, len(self.region), self.config.grace)
@@ -140,6 +143,17 @@ class Supervisor:
         elif self.stop_level < 2:
             logger.info("%s again: cutting the drain short", name)
             self.request_stop(2)
+
+    def reload_tls(self) -> None:
+        """Every serving process re-reads the TLS certificate and key (each logs the outcome)."""
+        pids = list(getattr(self, "pids", {}).values())
+        logger.info("SIGHUP: re-reading the TLS certificate and key in %d serving process%s",
+                    len(pids), "" if len(pids) == 1 else "es")
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGHUP)
+            except ProcessLookupError:
+                pass
 
     def request_stop(self, level: int) -> None:
         if self.stop_level == 0:

@@ -69,6 +69,14 @@ class Config:
     stats_json_on_exit: str | None  # file the counters are written to as JSON at exit (and on SIGUSR1)
     io_spin_us: int  # how long the I/O thread spins before it sleeps
     spin_us: int  # how long the app loop spins before it sleeps
+    ssl_certfile: str | None  # PEM certificate (chain) of the server; set, every connection is TLS (HTTPS, WSS)
+    ssl_keyfile: str | None  # PEM private key of the certificate
+    ssl_keyfile_password: str | None  # password of an encrypted ssl_keyfile
+    ssl_ca_certs: str | None  # PEM bundle of the CAs client certificates are verified against (mTLS)
+    ssl_cert_reqs: int  # client certificates: 0 not asked for, 1 optional (verified when given), 2 required
+    ssl_ciphers: str | None  # TLS 1.2 cipher list in OpenSSL's syntax
+    ssl_ciphersuites: str | None  # TLS 1.3 cipher suites, colon-separated (TLS_AES_128_GCM_SHA256:...)
+    ssl_min_version: str  # oldest TLS version a client may use: 1.2 or 1.3
     def __init__(
         self,
         app: Any = None,
@@ -126,6 +134,14 @@ class Config:
         stats_json_on_exit: str | None = None,
         io_spin_us: int = 0,
         spin_us: int = 0,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_keyfile_password: str | None = None,
+        ssl_ca_certs: str | None = None,
+        ssl_cert_reqs: int = 0,
+        ssl_ciphers: str | None = None,
+        ssl_ciphersuites: str | None = None,
+        ssl_min_version: str = '1.2',
     ) -> None: ...
     def check(self) -> None: ...
     def table_values(self) -> dict[str, Any]: ...

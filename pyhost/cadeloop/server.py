@@ -37,6 +37,14 @@ __all__ = [
 ]
 
 
+def check_tls_files(config: Config) -> None:
+    """With TLS on, the ssl_* files are read and checked before anything binds: StartupError (exit 2, one line)."""
+    if config.ssl_certfile is not None:
+        problem = _core.check_tls(config.core_options())
+        if problem:
+            raise StartupError(problem, 2)
+
+
 class Server(PairServer):
     """Serves one app until SIGINT/SIGTERM: on this thread with one core pair, else on every pair.
 
@@ -48,6 +56,7 @@ class Server(PairServer):
     """
 
     def run(self) -> None:
+        check_tls_files(self.config)
         if self.config.cores == 1 or self.pair is not None:
             if self.pair is None:
                 raise_fd_limit(self.config, 1)
@@ -68,6 +77,7 @@ def run_server(config: Config, app: Any = None) -> dict[str, Any]:
     the caller prints it and exits with its code. Main thread of the main
     interpreter.
     """
+    check_tls_files(config)
     n = resolve_cores(config.cores)
     if n == 1:
         raise_fd_limit(config, 1)

@@ -43,6 +43,14 @@ void zero(net::server_counters& c) noexcept {
   for (auto& x : c.ws_closes_by_class) {
     zero(x);
   }
+  zero(c.tls_handshakes);
+  zero(c.tls_resumed);
+  for (auto& x : c.tls_versions) {
+    zero(x);
+  }
+  for (auto& x : c.tls_failures) {
+    zero(x);
+  }
   for (auto& x : c.responses_by_class) {
     zero(x);
   }
@@ -204,6 +212,15 @@ pair_stats_snapshot snapshot(const pair_stats_page& page) noexcept {
   s.ws_closes_protocol = c.ws_closes_by_class[1].get();
   s.ws_closes_dropped = c.ws_closes_by_class[2].get();
   s.ws_closes_other = c.ws_closes_by_class[3].get();
+  s.tls_handshakes = c.tls_handshakes.get();
+  s.tls_resumed = c.tls_resumed.get();
+  s.tls_v12 = c.tls_versions[0].get();
+  s.tls_v13 = c.tls_versions[1].get();
+  s.tls_fail_protocol = c.tls_failures[0].get();
+  s.tls_fail_client_cert = c.tls_failures[1].get();
+  s.tls_fail_timeout = c.tls_failures[2].get();
+  s.tls_fail_plain_http = c.tls_failures[3].get();
+  s.tls_fail_closed = c.tls_failures[4].get();
 
   const io_loop_counters& l = page.io_loop;
   const app_counters& a = page.app;
@@ -278,6 +295,14 @@ void merge(pair_stats_snapshot& total, const pair_stats_snapshot& b) noexcept {
         &pair_stats_snapshot::ws_bytes_in, &pair_stats_snapshot::ws_bytes_out,
         &pair_stats_snapshot::ws_closes_normal, &pair_stats_snapshot::ws_closes_protocol,
         &pair_stats_snapshot::ws_closes_dropped, &pair_stats_snapshot::ws_closes_other}) {
+    total.*field += b.*field;
+  }
+  for (auto field :
+       {&pair_stats_snapshot::tls_handshakes, &pair_stats_snapshot::tls_resumed,
+        &pair_stats_snapshot::tls_v12, &pair_stats_snapshot::tls_v13,
+        &pair_stats_snapshot::tls_fail_protocol, &pair_stats_snapshot::tls_fail_client_cert,
+        &pair_stats_snapshot::tls_fail_timeout, &pair_stats_snapshot::tls_fail_plain_http,
+        &pair_stats_snapshot::tls_fail_closed}) {
     total.*field += b.*field;
   }
   for (std::size_t i = 0; i < total.latency_buckets.size(); ++i) {

@@ -171,6 +171,22 @@ void json_counters(json_object& o, const snap& s) {
     c.field("other", s.ws_closes_other);
   }
   {
+    json_object t{o.key("tls")};
+    t.field("handshakes", s.tls_handshakes);
+    t.field("resumed", s.tls_resumed);
+    {
+      json_object v{t.key("versions")};
+      v.field("TLSv1.2", s.tls_v12);
+      v.field("TLSv1.3", s.tls_v13);
+    }
+    json_object f{t.key("failures")};
+    f.field("protocol", s.tls_fail_protocol);
+    f.field("client_cert", s.tls_fail_client_cert);
+    f.field("timeout", s.tls_fail_timeout);
+    f.field("plain_http", s.tls_fail_plain_http);
+    f.field("closed", s.tls_fail_closed);
+  }
+  {
     json_object l{o.key("latency_us")};
     const std::uint64_t n = histogram_count(s);
     l.field("count", n);
@@ -580,6 +596,23 @@ std::string render_prometheus(std::span<const pair_stats_snapshot> pairs,
        {"class=\"protocol\"", [](const snap& s) { return s.ws_closes_protocol; }},
        {"class=\"dropped\"", [](const snap& s) { return s.ws_closes_dropped; }},
        {"class=\"other\"", [](const snap& s) { return s.ws_closes_other; }}});
+  per_pair_labelled(out, pairs, "cadeloop_tls_handshakes_total", "counter",
+                    "TLS handshakes completed, by version.",
+                    {{"version=\"TLSv1.2\"", [](const snap& s) { return s.tls_v12; }},
+                     {"version=\"TLSv1.3\"", [](const snap& s) { return s.tls_v13; }}});
+  per_pair(out, pairs, "cadeloop_tls_resumed_total", "counter",
+           "TLS handshakes that resumed a session (ticket or cache).",
+           [](const snap& s) { return s.tls_resumed; });
+  per_pair_labelled(
+      out, pairs, "cadeloop_tls_handshake_failures_total", "counter",
+      "TLS handshakes that failed, by reason: protocol (no shared version or cipher, bad "
+      "records), client_cert (missing or refused), timeout, plain_http (plain HTTP to the TLS "
+      "port, answered 400), closed (the client left, or sent too many handshake bytes).",
+      {{"reason=\"protocol\"", [](const snap& s) { return s.tls_fail_protocol; }},
+       {"reason=\"client_cert\"", [](const snap& s) { return s.tls_fail_client_cert; }},
+       {"reason=\"timeout\"", [](const snap& s) { return s.tls_fail_timeout; }},
+       {"reason=\"plain_http\"", [](const snap& s) { return s.tls_fail_plain_http; }},
+       {"reason=\"closed\"", [](const snap& s) { return s.tls_fail_closed; }}});
   histogram(out, pairs);
   return out;
 }

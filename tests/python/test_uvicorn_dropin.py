@@ -246,7 +246,7 @@ def test_log_config_yaml_without_pyyaml_is_one_line(tmp_path: Path) -> None:
     ("--bind", "--host and --port"),
     ("--keep-alive", "--keepalive-idle"),
     ("--url-path-prefix", "--root-path"),
-    ("--ssl-keyfile", "terminate TLS"),
+    ("--ssl-version", "--ssl-min-version"),
 ])
 def test_other_servers_flags_get_a_hint(flag: str, hint: str) -> None:
     p = run_cli("dropin_app:app", flag, "x")

@@ -5,6 +5,8 @@
 #include <cadeloop/net/connection_id.hpp>
 #include <cadeloop/net/listener.hpp>
 #include <cadeloop/net/server_counters.hpp>
+#include <cadeloop/net/tls_context.hpp>
+#include <cadeloop/net/tls_details.hpp>
 
 #include <cadeloop/http/request.hpp>
 
@@ -97,6 +99,8 @@ struct server_options {
   access_log_options access_log{};
   /// WebSockets.
   websocket_options ws{};
+  /// TLS (on when tls.certfile is set): every connection is HTTPS / WSS.
+  tls_options tls{};
 };
 
 /// Everything the app side must learn about one request head.
@@ -105,13 +109,15 @@ struct request_info {
   socket_address server;        ///< local address (unix_socket for a Unix listener)
   bool has_body = false;        ///< body events follow; the last has more_body == false
   bool server_closing = false;  ///< the server is draining: answer with `Connection: close`
-  bool tls = false;             ///< scheme https (always false until TLS lands)
+  bool tls = false;             ///< the connection is TLS: scheme https / wss
   /// A valid WebSocket upgrade (RFC 6455 section 4.2.1, checked by the I/O
   /// thread; a bad one is answered 400/426 and never reaches the sink): the
   /// app answers with `http_server::ws_accept`, or denies with an ordinary
   /// HTTP response through `send` (the connection closes after it). No body
   /// events follow (`has_body` is false).
   bool websocket = false;
+  /// A TLS connection's version, cipher and certificates (null for plain TCP).
+  tls_ref tls_info{};
 };
 
 /// Where the HTTP server delivers what the app must see. Implemented by the

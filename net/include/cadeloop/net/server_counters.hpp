@@ -154,6 +154,16 @@ struct alignas(64) server_counters {
   counter write_timeouts;   ///< connections closed by write_timeout (also in timeouts)
   counter budget_refusals;  ///< requests answered 503 because the pair was over memory_budget
   counter budget_cuts;      ///< slowest connections cut to keep the pair within its budgets
+  // TLS (server_tls.cpp).
+  counter tls_handshakes;  ///< handshakes completed
+  counter tls_resumed;     ///< of those, sessions resumed (ticket or cache)
+  /// Handshakes completed by version: [0] TLS 1.2, [1] TLS 1.3.
+  std::array<counter, 2> tls_versions;
+  /// Handshakes that failed, by reason class: [0] protocol (no shared
+  /// version or cipher, bad records, alerts), [1] client certificate
+  /// refused or missing, [2] timed out, [3] plain HTTP sent to the TLS port,
+  /// [4] closed by the client or too many handshake bytes.
+  std::array<counter, 5> tls_failures;
 
   /// Counts one final response of `status` in its class (others are ignored).
   /// The writer thread only.

@@ -57,6 +57,8 @@ struct inbound_event {
   std::uint64_t size = 0;  ///< body, ws_message, ws_close: byte count; drained: unsent bytes
   net::socket_address client{};
   net::socket_address server{};
+  /// request over TLS: one reference to its details (net::tls_ref), adopted by the app side.
+  const net::tls_details* tls_info = nullptr;
 };
 
 /// What an outbound command (app thread -> I/O thread) does.

@@ -164,6 +164,16 @@ struct pair_stats_snapshot {
   std::uint64_t ws_closes_protocol = 0;  ///< 1002, 1007, 1009
   std::uint64_t ws_closes_dropped = 0;   ///< 1006
   std::uint64_t ws_closes_other = 0;     ///< 1005, 1011, 1012, 3000+, ...
+  // TLS (I/O thread): handshakes done, resumed, by version; failed by reason class.
+  std::uint64_t tls_handshakes = 0;
+  std::uint64_t tls_resumed = 0;
+  std::uint64_t tls_v12 = 0;
+  std::uint64_t tls_v13 = 0;
+  std::uint64_t tls_fail_protocol = 0;     ///< no shared version/cipher, bad records, alerts
+  std::uint64_t tls_fail_client_cert = 0;  ///< client certificate missing or refused
+  std::uint64_t tls_fail_timeout = 0;      ///< handshake not done within request_line_timeout
+  std::uint64_t tls_fail_plain_http = 0;   ///< plain HTTP sent to the TLS port (answered 400)
+  std::uint64_t tls_fail_closed = 0;       ///< client gone mid-handshake, or too many bytes
   std::uint64_t io_passes = 0;
   std::uint64_t io_parks = 0;
   std::uint64_t spins = 0;
