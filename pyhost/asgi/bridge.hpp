@@ -26,6 +26,7 @@
 #include <cadeloop/net/byte_buffer.hpp>
 #include <cadeloop/runtime/core_pair.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -201,6 +202,11 @@ struct names {
 struct bridge_options {
   std::uint64_t send_high_mark =
       1024 * 1024;  ///< bytes sent per connection before send() waits for "drained"
+  /// Response bytes staged by the whole pair (the sum of every connection's
+  /// sent_since_notice) beyond which every send() waits for its connection's
+  /// "drained" notice: memory_budget, so many slow readers cannot make the app
+  /// side allocate send_high_mark bytes each before the I/O thread can cut them.
+  std::uint64_t staged_budget = std::uint64_t{256} << 20;
   std::string root_path;
   std::string unix_path;  ///< for scope["server"] of a Unix socket listener
   std::string server_header = "cadeloop";
@@ -339,6 +345,17 @@ class bridge final : public loop_source {
   std::size_t active_tasks_ = 0;
   bool stopped_ = false;
   bridge_stats stats_;
+  std::uint64_t staged_total_ = 0;  // the sum of every conn_state's sent_since_notice
+  // Sets cs.sent_since_notice and keeps staged_total_ the sum. Loop thread.
+  void set_staged(conn_state& cs, std::uint64_t bytes) noexcept {
+    staged_total_ -= std::min(staged_total_, cs.sent_since_notice);
+    cs.sent_since_notice = bytes;
+    staged_total_ += bytes;
+  }
+  [[nodiscard]] bool over_staged(const conn_state& cs) const noexcept {
+    return cs.sent_since_notice >= options_.send_high_mark ||
+           staged_total_ >= options_.staged_budget;
+  }
 };
 
 /// Creates the Request, Ready and ClientDisconnected types for this

@@ -71,6 +71,7 @@ void bridge::on_disconnect(const runtime::inbound_message& m) {
   cs->active.clear();
   PyObject* client = std::exchange(cs->client, nullptr);
   cs->generation = 0;
+  set_staged(*cs, 0);
   for (request_object* r : active) {
     r->disconnected = true;
     if (r->ws != nullptr) {
@@ -98,7 +99,7 @@ void bridge::on_drained(const runtime::inbound_message& m) {
     return;
   }
   cs->waiting_drain = false;
-  cs->sent_since_notice = m.unsent;
+  set_staged(*cs, m.unsent);
   for (request_object* r : std::vector<request_object*>(cs->active)) {
     if (r->send_waiter != nullptr) {
       resolve(r->send_waiter, Py_NewRef(Py_None), false);

@@ -71,6 +71,7 @@ void bridge::on_request(runtime::inbound_message& m) {
   conn_state& cs = conns_[m.conn.slot];
   if (cs.generation != m.conn.generation) {
     Py_CLEAR(cs.client);
+    set_staged(cs, 0);
     cs = conn_state{};
     cs.generation = m.conn.generation;
   }

@@ -252,8 +252,8 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     o.keep_alive = r->encoder->keep_alive();
     o.status = with_head ? static_cast<std::uint16_t>(r->status) : std::uint16_t{0};
     if (cs != nullptr) {
-      cs->sent_since_notice += out.size();
-      if (cs->sent_since_notice >= options_.send_high_mark && !cs->waiting_drain) {
+      set_staged(*cs, cs->sent_since_notice + out.size());
+      if (over_staged(*cs) && !cs->waiting_drain) {
         cs->waiting_drain = true;
         o.notify_drained = true;
       }

@@ -471,8 +471,8 @@ PyObject* bridge::ws_send_message(request_object* r, PyObject* message) {
   bool wait = false;
   conn_state* cs = conn_of(r->conn);
   if (cs != nullptr) {
-    cs->sent_since_notice += out.size() + 2;  // a frame carries at least a 2-byte header
-    if (cs->sent_since_notice >= options_.send_high_mark && !cs->waiting_drain) {
+    set_staged(*cs, cs->sent_since_notice + out.size() + 2);  // a frame has a 2-byte header at least
+    if (over_staged(*cs) && !cs->waiting_drain) {
       cs->waiting_drain = true;
       notify = true;
     }

@@ -291,10 +291,12 @@ class server_core {
     runtime::core_pair_options& o = settings.pair;
     o.index = placement<std::uint32_t>(options, "stats_index", 0);
     o.stats_page = stats_page_option(options, o.index, region_);
+    const std::uint64_t memory_budget = o.server.memory_budget;
     pair_ = std::make_unique<runtime::core_pair>(std::move(o));
 
     server::bridge_options b;
     b.send_high_mark = settings.app.send_high_mark;
+    b.staged_budget = memory_budget;
     b.root_path = std::move(settings.app.root_path);
     b.unix_path = std::move(settings.app.unix_path);
     b.server_header = std::move(settings.app.server_header);
