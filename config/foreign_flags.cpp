@@ -19,17 +19,13 @@ using hint = std::pair<std::string_view, std::string_view>;
 
 constexpr std::string_view no_tls =
     "not supported: cadeloop serves plain HTTP; terminate TLS at the proxy in front";
-constexpr std::string_view no_reload = "not supported: restart the server after a change";
+constexpr std::string_view no_reload = "not supported: --reload polls every 0.25 s";
 constexpr std::string_view own_loop = "not needed: cadeloop always runs its own event loop";
 constexpr std::string_view own_http = "not needed: cadeloop has one HTTP/1.1 implementation";
 constexpr std::string_view no_ws = "not supported: cadeloop has no WebSocket settings yet";
 
 constexpr std::array foreign_flags{
     // uvicorn
-    hint{"--reload", no_reload},
-    hint{"--reload-dir", no_reload},
-    hint{"--reload-include", no_reload},
-    hint{"--reload-exclude", no_reload},
     hint{"--reload-delay", no_reload},
     hint{"--loop", own_loop},
     hint{"--http", own_http},
@@ -42,11 +38,6 @@ constexpr std::array foreign_flags{
     hint{"--interface", "not needed: cadeloop serves ASGI 3 apps only"},
     hint{"--use-colors", "not supported: the server log is plain text"},
     hint{"--no-use-colors", "not needed: the server log is plain text"},
-    hint{"--limit-concurrency",
-         "uvicorn's; cadeloop's nearest is --max-requests-in-flight, which pauses accepting "
-         "instead of answering 503"},
-    hint{"--limit-max-requests",
-         "uvicorn's; not supported: pairs are not replaced after N requests"},
     hint{"--timeout-worker-healthcheck", "uvicorn's; not supported"},
     hint{"--h11-max-incomplete-event-size", "uvicorn's; cadeloop's is --max-header-bytes"},
     hint{"--ssl-keyfile", no_tls},

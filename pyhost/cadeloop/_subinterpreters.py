@@ -40,6 +40,8 @@ __all__ = ["PY312_REFUSAL", "choose_isolation", "probe_app", "run_interp_pair", 
 
 _REFUSED = re.compile(r"module (\S+) does not support loading in subinterpreters")
 _PROBE_REFUSED = 10  # exit code of probe_app: a module refused the sub-interpreter
+#: What run_interp_pair says (with code 0) when its pair drained after limit_max_requests.
+REPLACED = "limit_max_requests served"
 
 PY312_REFUSAL = (
     "own-GIL sub-interpreters are not used on CPython 3.12 (3.12.1 aborts the process when a second "
@@ -201,7 +203,7 @@ def _run_interp_pair(argument: str, slot: int) -> tuple[int, str, str]:
     except BaseException as exc:  # noqa: BLE001 - the pair's thread must report, whatever happened
         traceback.print_exc()
         return 1, f"{type(exc).__name__}: {exc}", json.dumps(srv.stats)
-    return 0, "", json.dumps(srv.stats)
+    return 0, REPLACED if srv.replaced else "", json.dumps(srv.stats)
 
 
 class InterpSupervisor(Supervisor):
@@ -264,5 +266,7 @@ class InterpSupervisor(Supervisor):
                     pass
                 if code:
                     pair.error = (code, message)
+                elif message == REPLACED:
+                    pair.replaced = True
                 how = "stopped" if code == 0 else f"ended with code {code}"
                 self.pair_ended(pair, how, code == 0 and ended)

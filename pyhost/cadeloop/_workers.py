@@ -130,6 +130,8 @@ class ProcessSupervisor(Supervisor):
             pair.error = (int(code or 1), message)
         elif kind == "W":
             pair.last_words = text
+        elif kind == "X":
+            pair.replaced = True
 
     def read_status(self, index: int) -> bool:
         """Reads what pair `index`'s worker reported; False at end of file."""
@@ -244,6 +246,8 @@ class ProcessSupervisor(Supervisor):
             code, message = 1, f"{type(exc).__name__}: {exc}"
         if srv is not None and srv.stats:
             report("S", json.dumps(srv.stats))
+        if srv is not None and srv.replaced and not code:
+            report("X", "")  # limit_max_requests: drained to be replaced
         if code:
             report("E", f"{code}\t{message}")
         return code

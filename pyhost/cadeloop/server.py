@@ -152,6 +152,9 @@ def serve(app: Any, host: str | None = None, port: int | None = None, **settings
     if config.env_file:  # its CADELOOP_* variables count too: read the settings again
         load_env_file(config.env_file)
         config = resolve(environ=os.environ, arguments=arguments).config
+    if config.reload:
+        raise StartupError("reload: the command line's --reload runs the server in a child process it "
+                           "restarts; serve() serves in this process and cannot", 2)
     if config.log_config:
         apply_log_config(config.log_config)
     configure_logging()

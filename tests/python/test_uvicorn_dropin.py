@@ -240,9 +240,9 @@ def test_log_config_yaml_without_pyyaml_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("flag, hint", [
-    ("--reload", "not supported"),
+    ("--reload-delay", "not supported"),
     ("--loop", "own event loop"),
-    ("--limit-max-requests", "uvicorn's; not supported"),
+    ("--timeout-worker-healthcheck", "uvicorn's; not supported"),
     ("--bind", "--host and --port"),
     ("--keep-alive", "--keepalive-idle"),
     ("--url-path-prefix", "--root-path"),
