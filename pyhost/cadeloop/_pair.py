@@ -279,6 +279,9 @@ class PairServer:
         self._stopped: asyncio.Future[None] | None = None
         #: The pair served its limit_max_requests and drained to be replaced (its supervisor starts another).
         self.replaced = False
+        #: Set by a supervisor that decides when the pair is replaced (worker processes: one at a time,
+        #: so a port always has a listener): called at the limit instead of draining at once.
+        self.on_max_requests: Callable[[], None] | None = None
 
     def run(self) -> None:
         apply_log_level(self.config.log_level)
@@ -313,10 +316,15 @@ class PairServer:
 
     def _replace(self) -> None:
         """limit_max_requests reached: drain like on SIGTERM, to be replaced by the supervisor. Loop thread."""
-        if not self._stopping:
-            self.replaced = True
-            logger.info("served limit_max_requests (%d): draining to be replaced", self.config.limit_max_requests)
-            self.request_stop()
+        if self._stopping or self.replaced:
+            return
+        self.replaced = True
+        if self.on_max_requests is not None:
+            logger.info("served limit_max_requests (%d): to be replaced", self.config.limit_max_requests)
+            self.on_max_requests()
+            return
+        logger.info("served limit_max_requests (%d): draining to be replaced", self.config.limit_max_requests)
+        self.request_stop()
 
     def _on_signal(self, signum: int) -> None:
         if self._stopping and self.core is not None:

@@ -73,6 +73,8 @@ class SupervisedPair:
         self.last_words = ""
         #: It ended after serving limit_max_requests: replace it, no death counted.
         self.replaced = False
+        #: Its supervisor asked it to drain to be replaced (worker processes: one pair at a time).
+        self.replace_asked = False
 
     def mark_started(self) -> None:
         """A worker or interpreter for this pair was just started."""
@@ -81,6 +83,7 @@ class SupervisedPair:
         self.error = None
         self.last_words = ""
         self.replaced = False
+        self.replace_asked = False
         self.started_at = time.monotonic()
         self.starts += 1
 
