@@ -7,8 +7,8 @@ a server without them calls the app directly (no cost per request).
 * `limit_concurrency`: an HTTP request or a websocket that would be the
   (limit+1)-th one running in the pair is not given to the app: a request
   gets `503 Service Unavailable` at once (the I/O thread counts it under 5xx
-  in /stats, as any response), a websocket is closed with 1013 ("try again
-  later").
+  in /stats, as any response), and so does a websocket handshake (as
+  uvicorn does), through the websocket.http.response extension.
 * `limit_max_requests`: after the pair's N-th request (N drawn once per pair
   from limit .. limit + 10%, so pairs started together are not replaced
   together) `on_reached` is called once; the pair then drains like on
@@ -33,15 +33,18 @@ def max_requests_for_pair(limit: int, rng: random.Random | None = None) -> int:
     return limit + (rng or random).randint(0, limit // 10)
 
 
+_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(_BODY)).encode()),
+            (b"retry-after", b"1")]
+
+
 async def _refuse(scope: dict[str, Any], send: Any) -> None:
+    """503 with a short body; a websocket handshake gets it too (the websocket.http.response extension)."""
     if scope["type"] == "http":
-        await send({"type": "http.response.start", "status": 503,
-                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                                (b"content-length", str(len(_BODY)).encode()),
-                                (b"retry-after", b"1")]})
+        await send({"type": "http.response.start", "status": 503, "headers": _HEADERS})
         await send({"type": "http.response.body", "body": _BODY})
     elif scope["type"] == "websocket":
-        await send({"type": "websocket.close", "code": 1013})
+        await send({"type": "websocket.http.response.start", "status": 503, "headers": _HEADERS})
+        await send({"type": "websocket.http.response.body", "body": _BODY})
 
 
 def admit(app: ASGIApp, limit_concurrency: int | None, max_requests: int | None,

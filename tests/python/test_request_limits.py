@@ -113,3 +113,33 @@ def test_limit_max_requests_replaces_pairs_under_load_without_a_failed_request(t
     finally:
         rc = srv.stop()
     assert rc == 0, srv.log()
+
+
+def test_limit_concurrency_counts_websockets_and_refuses_a_handshake_with_503(tmp_path: Path) -> None:
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    srv = ServerProcess("ws_app:app", "--limit-concurrency", "1", tmp=tmp_path).start()
+    ws_url = f"ws://127.0.0.1:{srv.port}/echo"
+    try:
+        with connect(ws_url) as held:  # the one slot
+            held.send("hi")
+            assert held.recv(timeout=10) == "hi"
+            with pytest.raises(InvalidStatus) as refused:
+                connect(ws_url, open_timeout=10)
+            assert refused.value.response.status_code == 503
+            assert refused.value.response.body.startswith(b"Service Unavailable")
+            assert httpx.get(srv.url + "/plain", timeout=10).status_code == 503
+        # The slot is free again once the held websocket closed.
+        for _ in range(100):
+            try:
+                with connect(ws_url, open_timeout=10) as again:
+                    again.send("back")
+                    assert again.recv(timeout=10) == "back"
+                break
+            except InvalidStatus:
+                threading.Event().wait(0.05)  # the server has not seen the close yet
+        else:
+            raise AssertionError(srv.log())
+    finally:
+        assert srv.stop() == 0, srv.log()
