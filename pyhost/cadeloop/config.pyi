@@ -44,7 +44,7 @@ class Config:
     max_pipelined: int  # requests in flight per connection (pipelining)
     max_connections: int  # open connections above which accepting pauses
     max_requests_in_flight: int  # requests in flight (all connections) above which accepting pauses
-    limit_concurrency: int | None  # requests and websockets a pair runs at once (uvicorn's name); beyond it a new request gets 503 at once (a websocket is closed with 1013), counted as 5xx in /stats
+    limit_concurrency: int | None  # requests and websockets a pair runs at once (uvicorn's name); beyond it a new request or websocket handshake gets 503 at once, counted as 5xx in /stats
     limit_max_requests: int | None  # requests after which a pair is replaced (uvicorn's name; each pair draws up to 10% more, so pairs are not replaced together): it drains, and a new one takes its place
     request_line_timeout: float | str  # time for a request head to arrive (408 after)
     keepalive_idle: float | str  # how long an idle keep-alive connection is kept
