@@ -17,34 +17,18 @@ namespace {
 
 using hint = std::pair<std::string_view, std::string_view>;
 
-constexpr std::string_view no_reload = "not supported: restart the server after a change";
+constexpr std::string_view no_reload = "not supported: --reload polls every 0.25 s";
 constexpr std::string_view own_loop = "not needed: cadeloop always runs its own event loop";
 constexpr std::string_view own_http = "not needed: cadeloop has one HTTP/1.1 implementation";
-constexpr std::string_view no_ws = "not supported: cadeloop has no WebSocket settings yet";
 
 constexpr std::array foreign_flags{
     // uvicorn
-    hint{"--reload", no_reload},
-    hint{"--reload-dir", no_reload},
-    hint{"--reload-include", no_reload},
-    hint{"--reload-exclude", no_reload},
     hint{"--reload-delay", no_reload},
     hint{"--loop", own_loop},
     hint{"--http", own_http},
-    hint{"--ws", no_ws},
-    hint{"--ws-max-size", no_ws},
-    hint{"--ws-max-queue", no_ws},
-    hint{"--ws-ping-interval", no_ws},
-    hint{"--ws-ping-timeout", no_ws},
-    hint{"--ws-per-message-deflate", no_ws},
     hint{"--interface", "not needed: cadeloop serves ASGI 3 apps only"},
     hint{"--use-colors", "not supported: the server log is plain text"},
     hint{"--no-use-colors", "not needed: the server log is plain text"},
-    hint{"--limit-concurrency",
-         "uvicorn's; cadeloop's nearest is --max-requests-in-flight, which pauses accepting "
-         "instead of answering 503"},
-    hint{"--limit-max-requests",
-         "uvicorn's; not supported: pairs are not replaced after N requests"},
     hint{"--timeout-worker-healthcheck", "uvicorn's; not supported"},
     hint{"--h11-max-incomplete-event-size", "uvicorn's; cadeloop's is --max-header-bytes"},
     hint{"--ssl-version", "uvicorn's; cadeloop's is --ssl-min-version (1.2 or 1.3)"},
@@ -73,7 +57,7 @@ constexpr std::array foreign_flags{
     hint{"-k", own_loop},
     hint{"--certfile", "hypercorn's; cadeloop's is --ssl-certfile"},
     hint{"--keyfile", "hypercorn's; cadeloop's is --ssl-keyfile"},
-    hint{"--max-requests", "hypercorn's; not supported: pairs are not replaced after N requests"},
+    hint{"--max-requests", "hypercorn's; cadeloop's is --limit-max-requests"},
     hint{"--read-timeout", "hypercorn's; cadeloop's is --request-line-timeout"},
 };
 

@@ -208,7 +208,9 @@ void run_interpreter(std::shared_ptr<interp_slot> s) {
   config.allow_fork = 0;           // forking a process with other interpreters' threads is unsound
   config.allow_exec = 1;           // subprocess (fork+exec) stays usable
   config.allow_threads = 1;
-  config.allow_daemon_threads = 0; // Py_EndInterpreter cannot wait for them: refuse them at start
+  // asgiref (every Django request) starts one; safe because the end below waits for
+  // every thread state, daemon or not, before Py_EndInterpreter (docs/architecture.md)
+  config.allow_daemon_threads = 1;
   config.check_multi_interp_extensions = 1;
   config.gil = PyInterpreterConfig_OWN_GIL;
 

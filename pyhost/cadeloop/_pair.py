@@ -24,6 +24,7 @@ import threading
 from typing import Any, Callable
 
 from . import _core
+from ._admission import admit, max_requests_for_pair
 from ._errors import AppLoadError, ClientDisconnected, StartupError
 from ._log import apply_log_level, error_logger, logger
 from ._loop import Loop
@@ -276,6 +277,11 @@ class PairServer:
         self._cut = False  # a second signal (or stop level 2) cut the drain short
         self._stop_source_closed = False
         self._stopped: asyncio.Future[None] | None = None
+        #: The pair served its limit_max_requests and drained to be replaced (its supervisor starts another).
+        self.replaced = False
+        #: Set by a supervisor that decides when the pair is replaced (worker processes: one at a time,
+        #: so a port always has a listener): called at the limit instead of draining at once.
+        self.on_max_requests: Callable[[], None] | None = None
 
     def run(self) -> None:
         apply_log_level(self.config.log_level)
@@ -307,6 +313,18 @@ class PairServer:
                 self.endpoint.set_draining()  # /readyz says 503 before the listener closes
             logger.info("shutting down: finishing requests in flight (grace %gs)", self.config.grace)
             self.core.request_stop()
+
+    def _replace(self) -> None:
+        """limit_max_requests reached: drain like on SIGTERM, to be replaced by the supervisor. Loop thread."""
+        if self._stopping or self.replaced:
+            return
+        self.replaced = True
+        if self.on_max_requests is not None:
+            logger.info("served limit_max_requests (%d): to be replaced", self.config.limit_max_requests)
+            self.on_max_requests()
+            return
+        logger.info("served limit_max_requests (%d): draining to be replaced", self.config.limit_max_requests)
+        self.request_stop()
 
     def _on_signal(self, signum: int) -> None:
         if self._stopping and self.core is not None:
@@ -371,7 +389,10 @@ class PairServer:
         await lifespan.startup()
         options = config.core_options()
         options.update(self.stats_options or {})
-        core = _core.ServerCore(self.app, loop, options, self._on_app_error, self._on_stopped)
+        limit = config.limit_max_requests
+        app = admit(self.app, config.limit_concurrency, max_requests_for_pair(limit) if limit else None,
+                    lambda: loop.call_soon(self._replace))
+        core = _core.ServerCore(app, loop, options, self._on_app_error, self._on_stopped)
         if lifespan.state is not None:
             core.set_state(lifespan.state)
         error = core.start()

@@ -40,6 +40,8 @@ __all__ = ["PY312_REFUSAL", "choose_isolation", "probe_app", "run_interp_pair", 
 
 _REFUSED = re.compile(r"module (\S+) does not support loading in subinterpreters")
 _PROBE_REFUSED = 10  # exit code of probe_app: a module refused the sub-interpreter
+#: What run_interp_pair says (with code 0) when its pair drained after limit_max_requests.
+REPLACED = "limit_max_requests served"
 
 PY312_REFUSAL = (
     "own-GIL sub-interpreters are not used on CPython 3.12 (3.12.1 aborts the process when a second "
@@ -126,7 +128,40 @@ def run_interp_pair(argument: str, slot: int) -> tuple[int, str, str]:
     try:
         return _run_interp_pair(argument, slot)
     finally:
+        _run_threading_atexits(THREAD_GRACE)
         _forget_dummy_thread()
+
+
+def _run_threading_atexits(timeout: float) -> None:
+    """Runs threading's exit hooks, as a process's exit would, before the interpreter ends.
+
+    concurrent.futures registers one there that tells idle pool threads
+    (asgiref's, an app's own ThreadPoolExecutor) to end and joins them; in a
+    worker process it runs at exit. Here the C++ side waits for every thread
+    of the interpreter before Py_EndInterpreter, which would otherwise wait
+    the whole thread grace for threads that were only idle. The hooks run on
+    a helper thread joined for at most `timeout` seconds, so a pool thread
+    stuck in a job cannot hold the pair past the grace the C++ side gives.
+    Runs in the pair's sub-interpreter only (a worker process exits normally).
+    """
+    registered = getattr(threading, "_threading_atexits", None)
+    if not registered:
+        return
+    hooks = list(reversed(registered))
+    # Run once: Py_EndInterpreter would run them again, and _python_exit's joins would then make
+    # a _DummyThread for this thread after _forget_dummy_thread, cleaned up with the globals gone.
+    registered.clear()
+
+    def run() -> None:
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - one failing hook must not skip the others
+                traceback.print_exc()
+
+    helper = threading.Thread(target=run, name="cadeloop-thread-exit-hooks")
+    helper.start()
+    helper.join(timeout)
 
 
 def _run_interp_pair(argument: str, slot: int) -> tuple[int, str, str]:
@@ -168,7 +203,7 @@ def _run_interp_pair(argument: str, slot: int) -> tuple[int, str, str]:
     except BaseException as exc:  # noqa: BLE001 - the pair's thread must report, whatever happened
         traceback.print_exc()
         return 1, f"{type(exc).__name__}: {exc}", json.dumps(srv.stats)
-    return 0, "", json.dumps(srv.stats)
+    return 0, REPLACED if srv.replaced else "", json.dumps(srv.stats)
 
 
 class InterpSupervisor(Supervisor):
@@ -231,5 +266,7 @@ class InterpSupervisor(Supervisor):
                     pass
                 if code:
                     pair.error = (code, message)
+                elif message == REPLACED:
+                    pair.replaced = True
                 how = "stopped" if code == 0 else f"ended with code {code}"
                 self.pair_ended(pair, how, code == 0 and ended)

@@ -71,6 +71,10 @@ class SupervisedPair:
         self.label = f"pair {index}"
         #: What the pair said just before it ended (a Python-level os._exit and where it was called).
         self.last_words = ""
+        #: It ended after serving limit_max_requests: replace it, no death counted.
+        self.replaced = False
+        #: Its supervisor asked it to drain to be replaced (worker processes: one pair at a time).
+        self.replace_asked = False
 
     def mark_started(self) -> None:
         """A worker or interpreter for this pair was just started."""
@@ -78,6 +82,8 @@ class SupervisedPair:
         self.ready = False
         self.error = None
         self.last_words = ""
+        self.replaced = False
+        self.replace_asked = False
         self.started_at = time.monotonic()
         self.starts += 1
 
@@ -182,6 +188,10 @@ class Supervisor:
             if not clean:
                 logger.error("%s %s while shutting down%s", label, how, detail)
                 self.failure = self.failure or (1, f"{label} {how} while shutting down{detail}")
+            return
+        if pair.replaced and clean:
+            logger.info("%s served limit_max_requests: replacing it", label)
+            pair.restart_at = time.monotonic()
             return
         if pair.error is not None and not self.up:
             # The app failed to start (import, lifespan, address): stop the server with its message.

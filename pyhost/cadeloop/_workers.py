@@ -130,6 +130,20 @@ class ProcessSupervisor(Supervisor):
             pair.error = (int(code or 1), message)
         elif kind == "W":
             pair.last_words = text
+        elif kind == "X":
+            pair.replaced = True
+            self.replace_next()
+
+    def replace_next(self) -> None:
+        """Stops one pair that served limit_max_requests, when no other is being replaced and every other
+        serves: its SO_REUSEPORT listener closes while the others' stay open, so none is refused."""
+        if self.stop_level or any(p.replace_asked for p in self.pairs if p.running):
+            return
+        waiting = [p for p in self.pairs if p.running and p.replaced and not p.replace_asked]
+        others_serving = all(p.ready or p.given_up for p in self.pairs if p not in waiting[:1])
+        if waiting and others_serving:
+            waiting[0].replace_asked = True
+            self.stop_pair(waiting[0], 1)
 
     def read_status(self, index: int) -> bool:
         """Reads what pair `index`'s worker reported; False at end of file."""
@@ -187,6 +201,7 @@ class ProcessSupervisor(Supervisor):
             if fds[0] in ready:
                 self.read_status(index)
         self.reap()
+        self.replace_next()  # a replacement now serving lets the next pair waiting for one go
 
     def worker_main(self, index: int, status_w: int, control_r: int) -> int:
         """The worker process: a PairServer on this (main) thread. Returns the exit code."""
@@ -234,6 +249,7 @@ class ProcessSupervisor(Supervisor):
             srv.stats_options = {"stats_region": self.region, "stats_index": index}
             srv.stop_source = (control_r, take_stop)
             srv.on_listening = lambda description: report("R", description)
+            srv.on_max_requests = lambda: report("X", "")
             srv.run()
         except AppLoadError as exc:
             code, message = 2, str(exc)
@@ -244,6 +260,8 @@ class ProcessSupervisor(Supervisor):
             code, message = 1, f"{type(exc).__name__}: {exc}"
         if srv is not None and srv.stats:
             report("S", json.dumps(srv.stats))
+        if srv is not None and srv.replaced and not code:
+            report("X", "")  # limit_max_requests: drained to be replaced
         if code:
             report("E", f"{code}\t{message}")
         return code

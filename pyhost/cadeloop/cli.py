@@ -19,6 +19,7 @@ from typing import Any, NoReturn, Sequence
 from . import _core
 from ._log import apply_log_level, configure_logging
 from ._dropin import apply_log_config, load_env_file
+from ._reload import run_with_reload
 from .config import SETTINGS, SettingError, format_config, reference, resolve
 from .server import AppLoadError, Server, StartupError, load_app
 
@@ -111,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: Settings whose flag may be repeated, each time adding a line (uvicorn's --header).
-REPEATABLE = ("headers",)
+REPEATABLE = ("headers", "reload_dirs", "reload_include", "reload_exclude")
 
 
 def merge_repeated(flags: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -198,6 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure_logging()
     apply_log_level(config.log_level)
+    if config.reload:
+        if config.cores != 1:
+            return _fail(f"--reload: serves one core pair and restarts it on a change; cores is {config.cores} "
+                         f"({resolved.origins.get('cores', 'a setting')}): drop --cores/--workers, or --reload")
+        return run_with_reload(list(sys.argv[1:] if argv is None else argv), config)
     # The app is imported and checked before anything binds.
     try:
         app = load_app(config.app, config.app_dir, config.factory)

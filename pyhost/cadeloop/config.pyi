@@ -25,6 +25,10 @@ class Config:
     server_header: str  # value of the Server response header ("" for none)
     date_header: bool  # add a Date header to the app's responses that have none
     headers: str | Sequence[tuple[str | bytes, str | bytes]]  # response headers added to every app response, one "Name: value" per line (--header NAME:VALUE, repeatable)
+    reload: bool  # development: restart the server when a watched file changes (one pair; refused with cores > 1)
+    reload_dirs: str  # directories --reload watches, comma-separated (--reload-dir DIR, repeatable); empty: app_dir, else the current directory
+    reload_include: str  # file name patterns --reload watches, comma-separated (--reload-include, repeatable)
+    reload_exclude: str  # file and directory name patterns --reload ignores, comma-separated (--reload-exclude, repeatable)
     host: str  # address to listen on
     port: int  # TCP port to listen on, 0 for any free port
     uds: str | None  # listen on this Unix socket path instead of host:port
@@ -41,6 +45,8 @@ class Config:
     max_pipelined: int  # requests in flight per connection (pipelining)
     max_connections: int  # open connections above which accepting pauses
     max_requests_in_flight: int  # requests in flight (all connections) above which accepting pauses
+    limit_concurrency: int | None  # requests and websockets a pair runs at once (uvicorn's name); beyond it a new request or websocket handshake gets 503 at once, counted as 5xx in /stats
+    limit_max_requests: int | None  # requests after which a pair is replaced (uvicorn's name; each pair draws up to 10% more, so pairs are not replaced together): it drains, and a new one takes its place
     request_line_timeout: float | str  # time for a request head to arrive (408 after)
     keepalive_idle: float | str  # how long an idle keep-alive connection is kept
     linger_timeout: float | str  # how long a closing connection is read (and discarded) after its last response, so the client reads the answer before a reset
@@ -90,6 +96,10 @@ class Config:
         server_header: str = 'cadeloop',
         date_header: bool = True,
         headers: str | Sequence[tuple[str | bytes, str | bytes]] = '',
+        reload: bool = False,
+        reload_dirs: str = '',
+        reload_include: str = '*.py',
+        reload_exclude: str = '.*, *.py[cod], *.sw.*, ~*',
         host: str = '127.0.0.1',
         port: int = 8000,
         uds: str | None = None,
@@ -106,6 +116,8 @@ class Config:
         max_pipelined: int = 16,
         max_connections: int = 10000,
         max_requests_in_flight: int = 4096,
+        limit_concurrency: int | None = None,
+        limit_max_requests: int | None = None,
         request_line_timeout: float | str = 10.0,
         keepalive_idle: float | str = 5.0,
         linger_timeout: float | str = 2.0,

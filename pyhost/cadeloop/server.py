@@ -135,9 +135,10 @@ def run_server(config: Config, app: Any = None) -> dict[str, Any]:
 def serve(app: Any, host: str | None = None, port: int | None = None, **settings: Any) -> dict[str, Any]:
     """Serve `app` (an ASGI app, or "module:attribute") until SIGINT/SIGTERM.
 
-    Settings are the fields of `Config` (uds, fd, root_path, lifespan, grace,
-    max_body="16MiB", keepalive_idle="30s", ...; see docs/configuration.md).
-    `host` and `port` default to the table's (127.0.0.1, 8000). Arguments
+    Settings are the fields of `Config` (uds, fd, root_path, lifespan,
+    cores=1, grace="30s", max_body="1GiB", keepalive_idle="5s", ...: the
+    defaults shown are the table's; see docs/configuration.md for all).
+    `host` and `port` default to the table's ("127.0.0.1", 8000). Arguments
     override the CADELOOP_* environment variables, which override the TOML
     file CADELOOP_CONFIG names. Runs the app thread on the calling thread.
     Returns the counters at exit (with more than one pair: totals, `pairs`
@@ -161,6 +162,9 @@ def serve(app: Any, host: str | None = None, port: int | None = None, **settings
     if config.env_file:  # its CADELOOP_* variables count too: read the settings again
         load_env_file(config.env_file)
         config = resolve(environ=os.environ, arguments=arguments).config
+    if config.reload:
+        raise StartupError("reload: the command line's --reload runs the server in a child process it "
+                           "restarts; serve() serves in this process and cannot", 2)
     if config.log_config:
         apply_log_config(config.log_config)
     configure_logging()

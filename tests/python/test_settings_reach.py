@@ -41,6 +41,12 @@ NOT_FOR_THE_PAIR = {
     "spin_us": "the app thread's loop (cadeloop.Loop(spin_us=...))",
     "env_file": "the command line and serve() load it before the settings are read (cadeloop._dropin)",
     "log_config": "Python logging, configured before the app is imported (cadeloop._dropin)",
+    "limit_concurrency": "the pair's loop thread admits requests (cadeloop._admission)",
+    "limit_max_requests": "the pair counts requests and drains to be replaced (cadeloop._admission)",
+    "reload": "the command line runs the server under a watcher (cadeloop._reload)",
+    "reload_dirs": "the watcher (cadeloop._reload)",
+    "reload_include": "the watcher (cadeloop._reload)",
+    "reload_exclude": "the watcher (cadeloop._reload)",
 }
 
 #: Values a generic choice would not make valid or telling.

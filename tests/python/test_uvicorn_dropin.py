@@ -228,21 +228,35 @@ def test_log_config_json_and_ini(serve: Any, tmp_path: Path) -> None:
 
 
 def test_log_config_yaml_without_pyyaml_is_one_line(tmp_path: Path) -> None:
-    try:
-        import yaml  # noqa: F401
-        pytest.skip("PyYAML is installed here")
-    except ImportError:
-        pass
+    # PyYAML is installed with the test requirements (Litestar needs it): hide it from the server.
     (tmp_path / "log.yaml").write_text("version: 1\n")
-    p = run_cli("dropin_app:app", "--log-config", str(tmp_path / "log.yaml"))
-    assert p.returncode == 2
-    assert "needs PyYAML" in p.stderr and p.stderr.count("\n") == 1
+    hide = ("import runpy, sys; sys.modules['yaml'] = None; sys.argv[0] = 'cadeloop'; "
+            "runpy.run_module('cadeloop', run_name='__main__', alter_sys=True)")
+    p = subprocess.run([sys.executable, "-c", hide, "dropin_app:app", "--app-dir", str(APPS), "--log-config",
+                        str(tmp_path / "log.yaml")], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert "needs PyYAML" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_log_config_yaml_with_pyyaml(serve: Any, tmp_path: Path) -> None:
+    out = tmp_path / "yaml.log"
+    (tmp_path / "log.yaml").write_text(textwrap.dedent(f"""\
+        version: 1
+        disable_existing_loggers: false
+        handlers:
+          f: {{class: logging.FileHandler, filename: {str(out)!r}}}
+        loggers:
+          dropin: {{handlers: [f], level: INFO}}
+        """))
+    srv = serve("--log-config", str(tmp_path / "log.yaml"))
+    scope_of(srv, "/log")
+    assert "a record from the app" in out.read_text()
 
 
 @pytest.mark.parametrize("flag, hint", [
-    ("--reload", "not supported"),
+    ("--reload-delay", "not supported"),
     ("--loop", "own event loop"),
-    ("--limit-max-requests", "uvicorn's; not supported"),
+    ("--timeout-worker-healthcheck", "uvicorn's; not supported"),
     ("--bind", "--host and --port"),
     ("--keep-alive", "--keepalive-idle"),
     ("--url-path-prefix", "--root-path"),
