@@ -84,6 +84,8 @@ class http_server::impl {
 
   void begin_drain();
   void abort_all();
+  void pause_listening();   // server_accept.cpp
+  void resume_listening();  // server_accept.cpp
 
   [[nodiscard]] std::size_t connection_count() const noexcept { return open_count_; }
 
@@ -276,6 +278,7 @@ class http_server::impl {
   bool draining_ = false;
   bool accept_paused_ = false;
   bool accept_backoff_ = false;
+  bool listening_paused_ = false;  // pause_listening(): the watchdog's pause of a stuck pair
   asio::steady_timer accept_retry_;
   std::vector<connection_id> dirty_;
   std::vector<connection_id> dirty_swap_;

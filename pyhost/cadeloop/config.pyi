@@ -44,6 +44,7 @@ class Config:
     keepalive_idle: float | str  # how long an idle keep-alive connection is kept
     linger_timeout: float | str  # how long a closing connection is read (and discarded) after its last response, so the client reads the answer before a reset
     grace: float | str  # time in-flight requests get to finish after SIGTERM/SIGINT
+    stuck_timeout: float | str  # an app thread that makes no progress this long while it has work marks its pair stuck: the pair stops accepting, its Python stack is logged, a stuck worker process is killed and restarted (0: no watchdog)
     body_window: int | str  # request body bytes handed to the app and not yet read before reading pauses
     send_high_mark: int | str  # response bytes per connection after which send() waits for the client
     drain_low_mark: int | str  # unsent response bytes per connection at or below which a waiting send() resumes
@@ -62,6 +63,7 @@ class Config:
     stats_port: int | None  # port of the stats endpoint (/stats, /metrics, /healthz, /readyz)
     stats_host: str  # address the stats endpoint listens on
     stats_json_on_exit: str | None  # file the counters are written to as JSON at exit (and on SIGUSR1)
+    stats_allowed_hosts: str | None  # comma-separated host names the stats endpoint answers (the Host header, port ignored); another Host gets 421, against DNS rebinding
     io_spin_us: int  # how long the I/O thread spins before it sleeps
     spin_us: int  # how long the app loop spins before it sleeps
     def __init__(
@@ -96,6 +98,7 @@ class Config:
         keepalive_idle: float | str = 5.0,
         linger_timeout: float | str = 2.0,
         grace: float | str = 30.0,
+        stuck_timeout: float | str = 10.0,
         body_window: int | str = 262144,
         send_high_mark: int | str = 1048576,
         drain_low_mark: int | str = 65536,
@@ -114,6 +117,7 @@ class Config:
         stats_port: int | None = None,
         stats_host: str = '127.0.0.1',
         stats_json_on_exit: str | None = None,
+        stats_allowed_hosts: str | None = None,
         io_spin_us: int = 0,
         spin_us: int = 0,
     ) -> None: ...
