@@ -81,7 +81,13 @@ void http_server::impl::pause_listening() {
     a.cancel(ec);  // the armed wait ends with operation_aborted
     if (ls->l->is_tcp()) {
       // A shut-down listening socket leaves the SO_REUSEPORT group until it
-      // listens again (Linux), so the kernel stops choosing this pair.
+      // listens again (Linux), so the kernel stops choosing this pair. A port
+      // the kernel picked (bound to port 0) is released too: remember it.
+      ls->paused_length = sizeof ls->paused_address;
+      if (::getsockname(a.native_handle(), reinterpret_cast<sockaddr*>(&ls->paused_address),
+                        &ls->paused_length) != 0) {
+        ls->paused_length = 0;
+      }
       ::shutdown(a.native_handle(), SHUT_RD);
     }
   }
@@ -98,6 +104,13 @@ void http_server::impl::resume_listening() {
   for (auto& ls : listeners_) {
     generic_acceptor& a = ls->l->acceptor();
     if (a.is_open() && ls->l->is_tcp()) {
+      if (ls->paused_length != 0) {
+        // Binds the same address again when the shutdown released it (a port
+        // the kernel picked); EINVAL when the socket kept it, as it does a
+        // port asked for by number.
+        (void)::bind(a.native_handle(), reinterpret_cast<const sockaddr*>(&ls->paused_address),
+                     ls->paused_length);
+      }
       ::listen(a.native_handle(), ls->l->spec().backlog);
     }
   }

@@ -14,6 +14,8 @@
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
 
+#include <sys/socket.h>
+
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -93,6 +95,9 @@ class http_server::impl {
   struct listener_state {
     std::unique_ptr<listener> l;
     bool armed = false;
+    // Its address while pause_listening() holds it shut down (see server_accept.cpp).
+    sockaddr_storage paused_address{};
+    socklen_t paused_length = 0;
   };
   struct deadline_list {
     connection* head = nullptr;

@@ -5,8 +5,8 @@
 // pair stuck: its listener pauses, so the other pairs of the SO_REUSEPORT
 // group take new connections, and the app side is told once (it logs the
 // Python stack). Progress again resumes listening.
-#include "io_thread.hpp"
 #include "cadeloop/runtime/server_log.hpp"
+#include "io_thread.hpp"
 
 #include <unistd.h>
 
@@ -47,9 +47,8 @@ void io_thread::arm_watchdog() {
   }
   // Four looks per timeout (at most one a second, at least every 50 ms): a
   // stuck pair is marked within 1.25 timeouts at worst.
-  const auto period = std::clamp<std::chrono::milliseconds>(options_.stuck_timeout / 4,
-                                                            std::chrono::milliseconds{50},
-                                                            std::chrono::milliseconds{1000});
+  const auto period = std::clamp<std::chrono::milliseconds>(
+      options_.stuck_timeout / 4, std::chrono::milliseconds{50}, std::chrono::milliseconds{1000});
   if (last_progress_ == clock_type::time_point{}) {
     last_progress_ = clock_type::now();
     seen_ticks_ = ch_.page.app.loop_ticks.get();
@@ -89,8 +88,8 @@ void io_thread::watchdog_beat() {
           server_log::log_level::warning,
           std::string{"pair "}.append(std::to_string(options_.index)).append(" progresses again"),
           std::string{"after "}
-              .append(seconds_text(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(stuck_for)))
+              .append(
+                  seconds_text(std::chrono::duration_cast<std::chrono::milliseconds>(stuck_for)))
               .append("; accepting new connections again"));
     }
     return;

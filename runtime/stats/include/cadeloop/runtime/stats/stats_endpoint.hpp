@@ -30,7 +30,7 @@ struct stats_endpoint_options {
   /// The Host header values (port ignored, compared without case) a request
   /// may carry; any other gets 421 and a close, so a web page that rebinds a
   /// DNS name to the endpoint's address cannot read it. Empty: any Host.
-  std::vector<std::string> allowed_hosts;
+  std::vector<std::string> allowed_hosts{};
 };
 
 /// The stats endpoint: a small native HTTP/1.1 server on its own thread with
