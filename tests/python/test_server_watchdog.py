@@ -1,6 +1,6 @@
 """The watchdog: stuck pairs and frozen processes, against real server processes.
 
-A request that blocks its app thread in `time.sleep()` (crash_app.py's
+A request that blocks its app thread in `time.sleep()` (watchdog_app.py's
 /block) leaves that pair's app with work and no progress. After
 `stuck_timeout` the pair must be marked stuck: new connections are served by
 the other pair (none hangs), /stats and /metrics say `stuck`, the log carries
@@ -42,9 +42,10 @@ def get(port: int, path: str, timeout: float = 5.0, host: str = "x") -> tuple[in
 class Blocker:
     """A client whose request blocks one pair's app thread in time.sleep(secs)."""
 
-    def __init__(self, port: int, secs: float) -> None:
+    def __init__(self, port: int, secs: float, until: Path | None = None) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=secs + 30)
-        self.sock.sendall(f"GET /block?secs={secs} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        query = f"secs={secs}" + (f"&until={until}" if until is not None else "")
+        self.sock.sendall(f"GET /block?{query} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
         self.answer: tuple[int, bytes] | None = None
         self.thread = threading.Thread(target=self._read)
         self.thread.start()
@@ -62,7 +63,7 @@ class Blocker:
 
 
 def start(tmp_path: Path, isolation: str, timeout: str = "1") -> tuple[ServerProcess, int]:
-    srv = ServerProcess("crash_app:app", "--cores", "2", "--isolation", isolation, "--stats-port", "0",
+    srv = ServerProcess("watchdog_app:app", "--cores", "2", "--isolation", isolation, "--stats-port", "0",
                         "--stuck-timeout", timeout, tmp=tmp_path).start()
     return srv, int(srv.wait_log(STATS.pattern).group(1))
 
@@ -90,31 +91,33 @@ def readyz(stats_port: int) -> int:
 
 @pytest.mark.parametrize("isolation", MODES)
 def test_a_blocked_pair_is_stuck_and_the_other_pair_takes_new_connections(tmp_path: Path, isolation: str) -> None:
-    srv, stats_port = start(tmp_path, isolation)
+    # stuck_timeout 2: the checks below have 4 s before the stuck process would be killed.
+    srv, stats_port = start(tmp_path, isolation, timeout="2")
+    release = tmp_path / "release"
     blocker = None
     try:
-        blocker = Blocker(srv.port, 2.0)
+        blocker = Blocker(srv.port, 60, until=release)
         (stuck,) = wait_stuck(stats_port, 1)
         other = 1 - stuck
-        # New connections: every one answered, and by the pair that is not stuck (a hang would
-        # time out: half of them went to the stuck pair before the watchdog).
-        for _ in range(20):
-            status, body = get(srv.port, "/pair", timeout=2)
-            assert status == 200 and body.startswith(f"pair {other} ".encode()), (body, srv.log())
-        assert readyz(stats_port) == 200
         doc = stats(stats_port)
         assert doc["totals"]["pairs_stuck"] == 1 and doc["pairs"][stuck]["stuck_episodes"] == 1, doc
         metrics = httpx.get(f"http://127.0.0.1:{stats_port}/metrics", timeout=5).text
         assert f'cadeloop_pair_state{{pair="{stuck}",state="stuck"}} 1' in metrics, metrics
         assert f'cadeloop_stuck_episodes_total{{pair="{stuck}"}} 1' in metrics, metrics
+        assert readyz(stats_port) == 200
+        # New connections: every one answered, and by the pair that is not stuck (a hang would
+        # time out: half of them went to the stuck pair before the watchdog).
+        for _ in range(10):
+            status, body = get(srv.port, "/pair", timeout=2)
+            assert status == 200 and body.startswith(f"pair {other} ".encode()), (body, srv.log())
         # The log: one line naming the pair, and its app thread's Python stack, once.
-        srv.wait_log(rf"cadeloop: pair {stuck} is stuck: its app thread made no progress for 1 s")
-        stack = srv.wait_log(rf"pair {stuck}: stuck: the app thread's Python stack \(most recent call last\):\n"
-                             rf"(  File .*\n.*\n)*  File \"[^\"]*crash_app\.py\", line \d+, in app\n"
-                             rf"\s+time\.sleep\(").group(0)
+        srv.wait_log(rf"cadeloop: pair {stuck} is stuck: its app thread made no progress for 2 s")
+        srv.wait_log(rf"pair {stuck}: stuck: the app thread's Python stack \(most recent call last\):\n"
+                     rf"(  File .*\n.*\n)*  File \"[^\"]*watchdog_app\.py\", line \d+, in app\n"
+                     rf"\s+time\.sleep\(")
         assert srv.log().count("the app thread's Python stack") == 1, srv.log()
-        assert stack
         # The app returns: the pair progresses, accepts again and serves.
+        release.touch()
         blocker.thread.join(10)
         assert blocker.answer is not None and blocker.answer[0] == 200, srv.log()
         srv.wait_log(rf"pair {stuck} progresses again")
@@ -126,6 +129,7 @@ def test_a_blocked_pair_is_stuck_and_the_other_pair_takes_new_connections(tmp_pa
         assert [p["state"] for p in stats(stats_port)["pairs"]] == ["serving", "serving"]
         assert "the watchdog kills" not in srv.log()
     finally:
+        release.touch()
         if blocker is not None:
             blocker.close()
         rc = srv.stop()
