@@ -152,6 +152,9 @@ void pair_stats_page::claim() noexcept {
   zero(io_loop);
   zero(app);
   zero(watchdog);
+  // The app thread is busy until it first sleeps: a pair whose app blocks
+  // before its loop ever parked is still watched.
+  watchdog.app_busy.store(1, std::memory_order_relaxed);
   header.version.store(layout_version, std::memory_order_relaxed);
   header.page_size.store(page_size_value, std::memory_order_relaxed);
   header.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
