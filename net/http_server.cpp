@@ -158,6 +158,14 @@ void http_server::abort_all() {
   impl_->abort_all();
 }
 
+void http_server::pause_listening() {
+  impl_->pause_listening();
+}
+
+void http_server::resume_listening() {
+  impl_->resume_listening();
+}
+
 std::size_t http_server::connection_count() const noexcept {
   return impl_->connection_count();
 }

@@ -13,7 +13,8 @@
 namespace cadeloop::net {
 
 void http_server::impl::arm_accept(listener_state& ls) {
-  if (ls.armed || draining_ || accept_paused_ || accept_backoff_ || !ls.l->acceptor().is_open()) {
+  if (ls.armed || draining_ || accept_paused_ || accept_backoff_ || listening_paused_ ||
+      !ls.l->acceptor().is_open()) {
     return;
   }
   ls.armed = true;
@@ -64,6 +65,56 @@ void http_server::impl::resume_accepting() {
   for (auto& ls : listeners_) {
     arm_accept(*ls);
   }
+}
+
+void http_server::impl::pause_listening() {
+  if (listening_paused_ || draining_) {
+    return;
+  }
+  listening_paused_ = true;
+  for (auto& ls : listeners_) {
+    generic_acceptor& a = ls->l->acceptor();
+    if (!a.is_open()) {
+      continue;
+    }
+    error_code ec;
+    a.cancel(ec);  // the armed wait ends with operation_aborted
+    if (ls->l->is_tcp()) {
+      // A shut-down listening socket leaves the SO_REUSEPORT group until it
+      // listens again (Linux), so the kernel stops choosing this pair. A port
+      // the kernel picked (bound to port 0) is released too: remember it.
+      ls->paused_length = sizeof ls->paused_address;
+      if (::getsockname(a.native_handle(), reinterpret_cast<sockaddr*>(&ls->paused_address),
+                        &ls->paused_length) != 0) {
+        ls->paused_length = 0;
+      }
+      ::shutdown(a.native_handle(), SHUT_RD);
+    }
+  }
+}
+
+void http_server::impl::resume_listening() {
+  if (!listening_paused_) {
+    return;
+  }
+  listening_paused_ = false;
+  if (draining_) {
+    return;
+  }
+  for (auto& ls : listeners_) {
+    generic_acceptor& a = ls->l->acceptor();
+    if (a.is_open() && ls->l->is_tcp()) {
+      if (ls->paused_length != 0) {
+        // Binds the same address again when the shutdown released it (a port
+        // the kernel picked); EINVAL when the socket kept it, as it does a
+        // port asked for by number.
+        (void)::bind(a.native_handle(), reinterpret_cast<const sockaddr*>(&ls->paused_address),
+                     ls->paused_length);
+      }
+      ::listen(a.native_handle(), ls->l->spec().backlog);
+    }
+  }
+  resume_accepting();
 }
 
 void http_server::impl::open_connection(socket_type peer, bool tcp) {

@@ -15,6 +15,8 @@
 #include <cadeloop/net/listener.hpp>
 #include <cadeloop/net/tls_context.hpp>
 
+#include <sys/socket.h>
+
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -88,6 +90,8 @@ class http_server::impl {
 
   void begin_drain();
   void abort_all();
+  void pause_listening();   // server_accept.cpp
+  void resume_listening();  // server_accept.cpp
 
   [[nodiscard]] std::size_t connection_count() const noexcept { return open_count_; }
 
@@ -95,6 +99,9 @@ class http_server::impl {
   struct listener_state {
     std::unique_ptr<listener> l;
     bool armed = false;
+    // Its address while pause_listening() holds it shut down (see server_accept.cpp).
+    sockaddr_storage paused_address{};
+    socklen_t paused_length = 0;
   };
   struct deadline_list {
     connection* head = nullptr;
@@ -327,6 +334,7 @@ class http_server::impl {
   bool draining_ = false;
   bool accept_paused_ = false;
   bool accept_backoff_ = false;
+  bool listening_paused_ = false;  // pause_listening(): the watchdog's pause of a stuck pair
   asio::steady_timer accept_retry_;
   std::vector<connection_id> dirty_;
   std::vector<connection_id> dirty_swap_;

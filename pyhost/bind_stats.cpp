@@ -31,7 +31,7 @@ pair_state state_from(const py::object& v) {
   if (py::isinstance<py::str>(v)) {
     const auto name = v.cast<std::string>();
     for (const pair_state s : {pair_state::unused, pair_state::starting, pair_state::serving,
-                               pair_state::draining, pair_state::stopped}) {
+                               pair_state::draining, pair_state::stopped, pair_state::stuck}) {
       if (runtime::state_name(s) == name) {
         return s;
       }
@@ -85,6 +85,7 @@ pair_stats_snapshot snapshot_from(const py::handle& item, std::uint32_t position
   CADELOOP_FIELD(app_parks);
   CADELOOP_FIELD(loop_ticks);
   CADELOOP_FIELD(app_errors);
+  CADELOOP_FIELD(stuck_episodes);
   CADELOOP_FIELD(latency_count);
   CADELOOP_FIELD(latency_sum_us);
 #undef CADELOOP_FIELD
@@ -173,12 +174,16 @@ class stats_endpoint_handle {
           "StatsEndpoint: expected a StatsRegion or a callable returning a list of dicts");
     }
 
+    runtime::stats_endpoint_options options{host, port, {}};
+    if (info.contains("allowed_hosts") && !py::object(info["allowed_hosts"]).is_none()) {
+      options.allowed_hosts = py::object(info["allowed_hosts"]).cast<std::vector<std::string>>();
+    }
     std::string error;
     {
       // Binding may resolve a host name; nothing here needs Python.
       const py::gil_scoped_release release;
       endpoint_ =
-          runtime::stats_endpoint::start({host, port}, std::move(pinfo), std::move(reader), error);
+          runtime::stats_endpoint::start(options, std::move(pinfo), std::move(reader), error);
     }
     if (!endpoint_) {
       throw py::value_error(error);

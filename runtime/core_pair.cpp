@@ -176,11 +176,14 @@ bool app_side::try_park() noexcept {
   });
   if (sleep) {
     ch_.page.app.parks.add();
+    // Asleep: no work, so no progress is owed to the watchdog.
+    ch_.page.watchdog.app_busy.store(0, std::memory_order_relaxed);
   }
   return sleep;
 }
 
 void app_side::unpark(bool signalled) noexcept {
+  ch_.page.watchdog.app_busy.store(1, std::memory_order_relaxed);
   ch_.app_parker.unpark(signalled);
 }
 

@@ -46,7 +46,12 @@ bool confined_to_one_cpu() noexcept {
 io_thread::io_thread(pair_channels& channels, const core_pair_options& options)
     // One thread runs this context and nothing is posted to it from another,
     // so the scheduler may take its single-threaded shortcuts.
-    : ch_{channels}, options_{options}, io_{1}, wake_fd_{io_}, grace_timer_{io_} {
+    : ch_{channels},
+      options_{options},
+      io_{1},
+      wake_fd_{io_},
+      grace_timer_{io_},
+      watchdog_timer_{io_} {
   server_ = std::make_unique<net::http_server>(io_, *this, options_.server, ch_.page.io);
   // A duplicate, so the descriptor object may close its copy while the
   // parker keeps (and finally closes) the original.
@@ -108,6 +113,7 @@ void io_thread::loop() {
   }
   arm_wake_wait();
   ch_.page.set_state(pair_state::serving);
+  arm_watchdog();
   bool draining = false;
   clock_type::time_point deadline{};
 
@@ -121,6 +127,7 @@ void io_thread::loop() {
 
     if (!draining && ch_.stop_requested.load(std::memory_order_acquire)) {
       draining = true;
+      draining_ = true;
       ch_.page.set_state(pair_state::draining);
       deadline = clock_type::now() + options_.grace;
       server_->begin_drain();
@@ -149,6 +156,7 @@ void io_thread::loop() {
 
   flush_inbound();  // the last disconnects
   grace_timer_.cancel();
+  watchdog_timer_.cancel();
   server_.reset();  // closes every socket on this thread
   boost::system::error_code ec;
   wake_fd_.close(ec);

@@ -74,6 +74,8 @@ class io_thread final : public net::event_sink {
   void arm_wake_wait();
   void after_wake_handlers() noexcept;
   void park();
+  void arm_watchdog();
+  void watchdog_beat();
 
   pair_channels& ch_;
   core_pair_options options_;
@@ -85,6 +87,12 @@ class io_thread final : public net::event_sink {
   std::unique_ptr<net::listener> listener_;
   boost::asio::posix::stream_descriptor wake_fd_;  // a dup of the parker's eventfd
   boost::asio::steady_timer grace_timer_;
+  // The watchdog (runtime/io_thread_watchdog.cpp): the app's progress as last seen.
+  boost::asio::steady_timer watchdog_timer_;
+  std::uint64_t seen_ticks_ = 0;
+  std::chrono::steady_clock::time_point last_progress_{};
+  bool stuck_ = false;
+  bool draining_ = false;
   bool wake_armed_ = false;
   bool wake_fired_ = false;
   std::thread thread_;

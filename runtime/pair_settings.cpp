@@ -176,6 +176,7 @@ void each_binding(Settings& s, Bind&& bind) {
   // ---- the pair itself
   bind(setting_id::grace, "pair.grace", s.pair.grace);
   bind(setting_id::io_spin_us, "pair.spin", s.pair.spin);
+  bind(setting_id::stuck_timeout, "pair.stuck_timeout", s.pair.stuck_timeout);
 }
 
 /// A whole-number setting's value in a field of type T. The table's bounds

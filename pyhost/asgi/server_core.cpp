@@ -55,8 +55,8 @@ namespace {
 
 /// Options that are not settings: where the pair's stats page is, set per
 /// pair by whoever starts it (cadeloop._supervisor).
-constexpr std::array<std::string_view, 3> placement_keys{"stats_index", "stats_region",
-                                                         "stats_page_address"};
+constexpr std::array<std::string_view, 4> placement_keys{"stats_index", "stats_region",
+                                                         "stats_page_address", "stuck_notify_fd"};
 
 bool is_placement_key(std::string_view key) {
   return std::find(placement_keys.begin(), placement_keys.end(), key) != placement_keys.end();
@@ -186,6 +186,9 @@ py::dict snapshot_dict(const runtime::pair_stats_snapshot& s) {
   d["wakeups_to_io"] = s.wakeups_to_io;
   d["loop_ticks"] = s.loop_ticks;
   d["app_errors"] = s.app_errors;
+  d["stuck_episodes"] = s.stuck_episodes;
+  d["io_beat_ms"] = s.io_beat_ms;
+  d["stuck_since_ms"] = s.stuck_since_ms;
   d["latency_count"] = s.latency_count;
   d["latency_sum_us"] = s.latency_sum_us;
   const runtime::latency_percentiles p = runtime::percentiles(s);
@@ -292,6 +295,8 @@ class server_core {
     o.index = placement<std::uint32_t>(options, "stats_index", 0);
     o.stats_page = stats_page_option(options, o.index, region_);
     const std::uint64_t memory_budget = o.server.memory_budget;
+    o.stuck_notify_fd = placement<int>(options, "stuck_notify_fd", -1);
+    app_tstate_ = PyThreadState_Get();
     pair_ = std::make_unique<runtime::core_pair>(std::move(o));
 
     server::bridge_options b;
@@ -343,6 +348,18 @@ class server_core {
     }
   }
 
+  /// The loop thread's current Python frame, or None; called from another
+  /// thread of the same interpreter holding its GIL (the watchdog's stack
+  /// reporter). sys._current_frames() is not used: in 3.13 it also walks
+  /// other interpreters' threads, which run under their own GILs.
+  py::object app_frame() const {
+    PyFrameObject* f = PyThreadState_GetFrame(app_tstate_);
+    if (f == nullptr) {
+      return py::none();
+    }
+    return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(f));
+  }
+
   std::string start() {
     std::string error = pair_->start();
     if (error.empty()) {
@@ -383,6 +400,7 @@ class server_core {
   }
 
  private:
+  PyThreadState* app_tstate_ = nullptr;  // the loop thread's, which outlives this object
   py::object region_;  // the StatsRegion the pair's page is in (None: private page or by address)
   std::unique_ptr<runtime::core_pair> pair_;
   std::unique_ptr<server::bridge> bridge_;
@@ -491,6 +509,9 @@ void register_server(py::module_& m) {
           "cancel_tasks", [](server_core& core) { core.bridge().cancel_tasks(); },
           "Cancels every running app task.")
       .def("close", &server_core::close_bridge, "Drops the bridge; detach it from the loop first.")
+      .def("app_frame", &server_core::app_frame,
+           "The loop thread's current Python frame (or None). Another thread of this "
+           "interpreter may call it: the watchdog's stack reporter.")
       .def("stats", &server_core::stats,
            "The pair's counters (read from its stats page, with latency percentiles) and the "
            "bridge's. Loop thread.");

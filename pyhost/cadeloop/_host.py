@@ -147,6 +147,9 @@ class HostSupervisor(ProcessSupervisor):
                 self.sockets[i] = fresh
         super().pair_ended(pair, how, clean)
 
+    def unit_pages(self, unit: SupervisedPair) -> list[int]:
+        return self.groups[unit.index]
+
     def close_sockets(self) -> None:
         for s in self.sockets:
             s.close()

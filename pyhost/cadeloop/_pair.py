@@ -21,6 +21,7 @@ import signal
 import socket
 import sys
 import threading
+import traceback
 from typing import Any, Callable
 
 from . import _core
@@ -246,6 +247,50 @@ def record_os_exit(fd: int, prefix: str) -> None:
     os._exit = _exit  # type: ignore[assignment]
 
 
+# --------------------------------------------------------------------------- the watchdog's stack
+
+
+class _StackReporter:
+    """Logs the app thread's Python stack once each time the watchdog marks the pair stuck.
+
+    The pair's I/O thread (C++) writes one byte to a pipe when it marks the
+    pair stuck; a thread of this interpreter waits on the pipe and formats
+    the app thread's current frame (`ServerCore.app_frame()`), which it can
+    while the app thread is blocked: a blocking call releases the
+    interpreter's GIL, and a Python loop hands it over every switch
+    interval. Made and closed on the app thread.
+    """
+
+    def __init__(self) -> None:
+        self.core: Any = None  # the ServerCore, once made
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+        self.thread = threading.Thread(target=self._run, name="cadeloop-stuck-stack")
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                data = os.read(self.read_fd, 64)
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return  # close(): the pair ended
+            core = self.core
+            frame = core.app_frame() if core is not None else None
+            stack = "".join(traceback.format_stack(frame)) if frame is not None else "  (no Python frame)\n"
+            del frame
+            logger.warning("stuck: the app thread's Python stack (most recent call last):\n%s", stack.rstrip("\n"))
+
+    def close(self) -> None:
+        """Ends the thread. After the I/O thread was joined (it writes to the pipe)."""
+        os.close(self.write_fd)
+        self.thread.join()
+        os.close(self.read_fd)
+
+
 # --------------------------------------------------------------------------- the server of one pair
 
 
@@ -392,12 +437,24 @@ class PairServer:
         limit = config.limit_max_requests
         app = admit(self.app, config.limit_concurrency, max_requests_for_pair(limit) if limit else None,
                     lambda: loop.call_soon(self._replace))
-        core = _core.ServerCore(app, loop, options, self._on_app_error, self._on_stopped)
-        if lifespan.state is not None:
-            core.set_state(lifespan.state)
-        error = core.start()
+        reporter = _StackReporter() if config.stuck_timeout else None
+        if reporter is not None:
+            options["stuck_notify_fd"] = reporter.write_fd
+        try:
+            core = _core.ServerCore(app, loop, options, self._on_app_error, self._on_stopped)
+            if reporter is not None:
+                reporter.core = core
+            if lifespan.state is not None:
+                core.set_state(lifespan.state)
+            error = core.start()
+        except BaseException:
+            if reporter is not None:
+                reporter.close()
+            raise
         if error:
             core.close()
+            if reporter is not None:
+                reporter.close()
             await lifespan.shutdown()
             raise StartupError(error)
         self.core = core
@@ -456,6 +513,9 @@ class PairServer:
                 core.request_stop()
             core.join()
             self.stats = core.stats()
+            if reporter is not None:
+                reporter.close()
+                reporter.core = None
             core.close()
             self.core = None
         await lifespan.shutdown()

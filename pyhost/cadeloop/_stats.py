@@ -34,6 +34,8 @@ def start_endpoint(config: Any, region: Any, isolation: str) -> Any:
         "python_version": platform.python_version(),
         "started_unix_ms": int(time.time() * 1000),
     }
+    if getattr(config, "stats_allowed_hosts", None):
+        info["allowed_hosts"] = [h.strip() for h in config.stats_allowed_hosts.split(",") if h.strip()]
     try:
         endpoint = _core.StatsEndpoint(region, config.stats_host, config.stats_port, info)
     except ValueError as exc:

@@ -46,6 +46,16 @@ def _describe_exit(status: int) -> str:
     return f"exited with code {os.waitstatus_to_exitcode(status)}"
 
 
+def _process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat ("R", "S", "T" for stopped...), "" when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2:][:1].decode()
+    except (OSError, ValueError):
+        return ""
+
+
 class ProcessSupervisor(Supervisor):
     """One forked worker process per pair."""
 
@@ -57,6 +67,7 @@ class ProcessSupervisor(Supervisor):
         self.fds: dict[int, tuple[int, int]] = {}  # pair index -> (status_r, control_w)
         self.buffers: dict[int, bytes] = {}
         self.pids: dict[int, int] = {}  # pair index -> pid
+        self.killed_by_watchdog: set[int] = set()  # pids the watchdog killed (each once)
 
     def start_pair(self, pair: SupervisedPair) -> None:
         status_r, status_w = os.pipe()
@@ -176,6 +187,7 @@ class ProcessSupervisor(Supervisor):
             if pid == 0:
                 return
             pair = self.workers.pop(pid, None)
+            self.killed_by_watchdog.discard(pid)
             if pair is None:
                 continue
             fds = self.fds.pop(pair.index, None)
@@ -202,6 +214,51 @@ class ProcessSupervisor(Supervisor):
                 self.read_status(index)
         self.reap()
         self.replace_next()  # a replacement now serving lets the next pair waiting for one go
+        self.watch()
+
+    def unit_pages(self, unit: SupervisedPair) -> list[int]:
+        """The stats pages (pair indices) of the pairs `unit`'s process runs."""
+        return [unit.index]
+
+    def watch(self) -> None:
+        """The watchdog's last resort: kills a process that stopped beating or whose every pair stays stuck.
+
+        A pair's I/O thread beats in its stats page (see io_thread_watchdog.cpp) and marks the
+        pair stuck when its app thread makes no progress for `stuck_timeout` while it has work.
+        A process whose I/O threads stopped beating for that long (SIGSTOP, a frozen process) or
+        whose every pair stayed stuck for two more `stuck_timeout`s (no progress for three) serves
+        nobody: it is killed, and restarted as any dead process is. A pair that progresses
+        sooner resumes by itself.
+        """
+        timeout_ms = float(self.config.stuck_timeout or 0) * 1000.0
+        if timeout_ms <= 0 or self.stop_level:
+            return
+        now_ms = time.monotonic() * 1000.0
+        for pid, unit in list(self.workers.items()):
+            if not unit.ready or pid in self.killed_by_watchdog:
+                continue
+            pages = [self.region.snapshot(i) for i in self.unit_pages(unit)]
+            pages = [p for p in pages if p["valid"] and p["pid"] == pid and p["state"] in ("serving", "stuck")]
+            if not pages:
+                continue
+            why = ""
+            quiet = max(now_ms - p["io_beat_ms"] for p in pages if p["io_beat_ms"]) if any(
+                p["io_beat_ms"] for p in pages) else 0.0
+            if quiet > timeout_ms + 1000.0:  # a beat is due every second at most
+                state = _process_state(pid)
+                why = (f"stopped beating for {quiet / 1000:.1f}s"
+                       + (" (the process is stopped)" if state == "T" else " (its I/O threads are frozen)"))
+            elif all(p["state"] == "stuck" and p["stuck_since_ms"]
+                     and now_ms - p["stuck_since_ms"] >= 2 * timeout_ms for p in pages):
+                stuck = min(now_ms - p["stuck_since_ms"] for p in pages) + timeout_ms
+                why = f"made no progress for {stuck / 1000:.1f}s (stuck)"
+            if why:
+                logger.error("%s (pid %d) %s; the watchdog kills it", unit.label, pid, why)
+                self.killed_by_watchdog.add(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def worker_main(self, index: int, status_w: int, control_r: int) -> int:
         """The worker process: a PairServer on this (main) thread. Returns the exit code."""

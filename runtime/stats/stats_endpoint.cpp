@@ -19,10 +19,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <span>
 #include <thread>
 #include <unordered_set>
@@ -144,10 +147,13 @@ struct stats_endpoint::state {
   void shutdown();
   reply answer(std::string_view path);
   [[nodiscard]] double uptime_s() const;
+  // Whether a request with this Host header may be answered (allowed_hosts).
+  [[nodiscard]] bool host_allowed(std::optional<std::string_view> host) const;
 
   stats_endpoint& owner;
   stats_process_info info;
   stats_reader reader;
+  std::vector<std::string> allowed_hosts;  // lower case; empty: any Host
   // The connections' encoders hold it; with send_date off they never read it.
   http::date_cache dates;
   // Connections alive, so shutdown() can close them. Endpoint thread only.
@@ -245,6 +251,7 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
         path_.assign(event.head->path());
         keep_alive_ = event.head->keep_alive();
         http_minor_ = event.head->version_minor();
+        host_allowed_ = owner_.host_allowed(event.head->headers().find("host"));
         have_head_ = true;
       } else if (event.kind == http::parse_event_kind::message_complete) {
         complete = true;
@@ -290,7 +297,11 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
     have_head_ = false;
     const bool head_only = method_ == http::request_method::head;
     reply r;
-    if (method_ != http::request_method::get && !head_only) {
+    if (!host_allowed_) {
+      r.status = 421;
+      r.body = "misdirected request: this Host is not in stats_allowed_hosts\n";
+      close_after = true;
+    } else if (method_ != http::request_method::get && !head_only) {
       r.status = 405;
       r.body = "method not allowed: the stats endpoint answers GET\n";
       r.allow_header = true;
@@ -347,6 +358,7 @@ class stats_connection : public std::enable_shared_from_this<stats_connection> {
   bool keep_alive_ = false;
   std::uint8_t http_minor_ = 1;
   bool have_head_ = false;
+  bool host_allowed_ = true;
   bool writing_ = false;
   bool stopped_ = false;
   std::chrono::steady_clock::time_point last_active_ = std::chrono::steady_clock::now();
@@ -485,11 +497,39 @@ reply stats_endpoint::state::answer(std::string_view path) {
   return r;
 }
 
+bool stats_endpoint::state::host_allowed(std::optional<std::string_view> host) const {
+  if (allowed_hosts.empty()) {
+    return true;
+  }
+  if (!host) {
+    return false;
+  }
+  std::string_view name = *host;
+  // "[::1]:9100" -> "[::1]", "example.com:9100" -> "example.com".
+  if (!name.empty() && name.front() == '[') {
+    name = name.substr(0, std::min(name.find(']'), name.size() - 1) + 1);
+  } else {
+    name = name.substr(0, std::min(name.find(':'), name.size()));
+  }
+  return std::any_of(allowed_hosts.begin(), allowed_hosts.end(), [name](const std::string& a) {
+    return a.size() == name.size() &&
+           std::equal(a.begin(), a.end(), name.begin(), [](char x, char y) {
+             return x == static_cast<char>(std::tolower(static_cast<unsigned char>(y)));
+           });
+  });
+}
+
 std::unique_ptr<stats_endpoint> stats_endpoint::start(const stats_endpoint_options& options,
                                                       stats_process_info info, stats_reader reader,
                                                       std::string& error) {
   std::unique_ptr<stats_endpoint> endpoint{new stats_endpoint};
   auto s = std::make_unique<state>(*endpoint, std::move(info), std::move(reader));
+  for (const std::string& h : options.allowed_hosts) {
+    std::string lower = h;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    s->allowed_hosts.push_back(std::move(lower));
+  }
   net::listen_spec spec = net::listen_spec::tcp(options.host, options.port, 64);
   spec.reuse_port = false;  // one stats endpoint per port: a second one must fail to bind
   s->listener = net::open_listener(s->io, spec, error);

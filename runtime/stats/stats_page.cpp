@@ -91,11 +91,20 @@ std::uint64_t now_unix_ms() noexcept {
       std::chrono::duration_cast<std::chrono::milliseconds>(since).count());
 }
 
+void zero(watchdog_beats& w) noexcept {
+  w.app_busy.store(0, std::memory_order_relaxed);
+  w.io_beat_ms.store(0, std::memory_order_relaxed);
+  w.stuck_since_ms.store(0, std::memory_order_relaxed);
+  zero(w.stuck_episodes);
+}
+
 int state_rank(pair_state s) noexcept {
   switch (s) {
     case pair_state::draining:
-      return 4;
+      return 5;
     case pair_state::starting:
+      return 4;
+    case pair_state::stuck:
       return 3;
     case pair_state::serving:
       return 2;
@@ -121,6 +130,8 @@ std::string_view state_name(pair_state s) noexcept {
       return "draining";
     case pair_state::stopped:
       return "stopped";
+    case pair_state::stuck:
+      return "stuck";
   }
   return "unknown";
 }
@@ -138,6 +149,7 @@ void pair_stats_page::init(std::uint32_t index) noexcept {
   zero(io);
   zero(io_loop);
   zero(app);
+  zero(watchdog);
   header.magic.store(magic_value, std::memory_order_release);
 }
 
@@ -148,6 +160,10 @@ void pair_stats_page::claim() noexcept {
   zero(io);
   zero(io_loop);
   zero(app);
+  zero(watchdog);
+  // The app thread is busy until it first sleeps: a pair whose app blocks
+  // before its loop ever parked is still watched.
+  watchdog.app_busy.store(1, std::memory_order_relaxed);
   header.version.store(layout_version, std::memory_order_relaxed);
   header.page_size.store(page_size_value, std::memory_order_relaxed);
   header.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
@@ -239,6 +255,11 @@ pair_stats_snapshot snapshot(const pair_stats_page& page) noexcept {
   s.loop_ticks = a.loop_ticks.get();
   s.app_errors = a.app_errors.get();
 
+  const watchdog_beats& w = page.watchdog;
+  s.stuck_episodes = w.stuck_episodes.get();
+  s.io_beat_ms = w.io_beat_ms.load(std::memory_order_relaxed);
+  s.stuck_since_ms = w.stuck_since_ms.load(std::memory_order_relaxed);
+
   s.latency_count = c.latency.count.get();
   s.latency_sum_us = c.latency.sum_us.get();
   for (std::size_t i = 0; i < s.latency_buckets.size(); ++i) {
@@ -294,7 +315,8 @@ void merge(pair_stats_snapshot& total, const pair_stats_snapshot& b) noexcept {
         &pair_stats_snapshot::ws_messages_in, &pair_stats_snapshot::ws_messages_out,
         &pair_stats_snapshot::ws_bytes_in, &pair_stats_snapshot::ws_bytes_out,
         &pair_stats_snapshot::ws_closes_normal, &pair_stats_snapshot::ws_closes_protocol,
-        &pair_stats_snapshot::ws_closes_dropped, &pair_stats_snapshot::ws_closes_other}) {
+        &pair_stats_snapshot::ws_closes_dropped, &pair_stats_snapshot::ws_closes_other,
+        &pair_stats_snapshot::stuck_episodes}) {
     total.*field += b.*field;
   }
   for (auto field :

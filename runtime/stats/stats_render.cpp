@@ -154,6 +154,7 @@ void json_counters(json_object& o, const snap& s) {
   o.field("write_timeouts", s.write_timeouts);
   o.field("budget_refusals", s.budget_refusals);
   o.field("budget_cuts", s.budget_cuts);
+  o.field("stuck_episodes", s.stuck_episodes);
   {
     json_object w{o.key("websockets")};
     w.field("open", s.ws_open);
@@ -317,8 +318,9 @@ void histogram(std::string& out, std::span<const snap> pairs) {
   }
 }
 
-constexpr pair_state all_states[] = {pair_state::unused, pair_state::starting, pair_state::serving,
-                                     pair_state::draining, pair_state::stopped};
+constexpr pair_state all_states[] = {pair_state::unused,  pair_state::starting,
+                                     pair_state::serving, pair_state::draining,
+                                     pair_state::stopped, pair_state::stuck};
 
 }  // namespace
 
@@ -331,12 +333,22 @@ bool stats_ready(std::span<const pair_stats_snapshot> pairs, bool draining, std:
     why = "no pairs";
     return false;
   }
+  // A stuck pair does not accept (the watchdog paused its listener), so the
+  // others take its connections: ready while at least one pair serves.
+  std::size_t serving = 0;
   for (const snap& s : pairs) {
-    if (!s.valid || s.state != pair_state::serving) {
+    if (!s.valid || (s.state != pair_state::serving && s.state != pair_state::stuck)) {
       why = "pair " + std::to_string(s.index) + " is " +
             std::string{state_name(s.valid ? s.state : pair_state::unused)};
       return false;
     }
+    serving += s.state == pair_state::serving ? 1 : 0;
+  }
+  if (serving == 0) {
+    why = pairs.size() == 1
+              ? std::string{"pair "}.append(std::to_string(pairs[0].index)).append(" is stuck")
+              : std::string{"every pair is stuck"};
+    return false;
   }
   why.clear();
   return true;
@@ -389,11 +401,14 @@ std::string render_stats_json(std::span<const pair_stats_snapshot> pairs,
       const snap total = merge(pairs);
       json_object t{doc.key("totals")};
       std::uint64_t serving = 0;
+      std::uint64_t stuck = 0;
       for (const snap& s : pairs) {
         serving += (s.valid && s.state == pair_state::serving) ? 1 : 0;
+        stuck += (s.valid && s.state == pair_state::stuck) ? 1 : 0;
       }
       t.field("pairs", pairs.size());
       t.field("pairs_serving", serving);
+      t.field("pairs_stuck", stuck);
       json_counters(t, total);
       // The whole histogram, so the dashboard can take percentiles of an
       // interval from the difference of two polls.
@@ -555,6 +570,9 @@ std::string render_prometheus(std::span<const pair_stats_snapshot> pairs,
   per_pair(out, pairs, "cadeloop_accept_pauses_total", "counter",
            "Times the listener stopped accepting (a connection or memory limit).",
            [](const snap& s) { return s.accept_pauses; });
+  per_pair(out, pairs, "cadeloop_stuck_episodes_total", "counter",
+           "Times the watchdog marked the pair stuck (no app progress for stuck_timeout).",
+           [](const snap& s) { return s.stuck_episodes; });
   per_pair(out, pairs, "cadeloop_access_log_dropped_total", "counter",
            "Access log lines dropped because the log queue was full.",
            [](const snap& s) { return s.access_log_dropped; });

@@ -38,6 +38,7 @@ NOT_FOR_THE_PAIR = {
     "stats_port": "the stats endpoint (cadeloop._stats)",
     "stats_host": "the stats endpoint (cadeloop._stats)",
     "stats_json_on_exit": "the server writes the counters at exit",
+    "stats_allowed_hosts": "the stats endpoint (cadeloop._stats)",
     "spin_us": "the app thread's loop (cadeloop.Loop(spin_us=...))",
     "env_file": "the command line and serve() load it before the settings are read (cadeloop._dropin)",
     "log_config": "Python logging, configured before the app is imported (cadeloop._dropin)",

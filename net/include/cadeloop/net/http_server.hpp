@@ -245,6 +245,15 @@ class http_server {
   void begin_drain();
   /// Closes every connection now (each app-visible one gets `on_disconnect`). I/O thread.
   void abort_all();
+  /// Stops taking connections until `resume_listening()`: a TCP listener is
+  /// shut down (it leaves its SO_REUSEPORT group, so the kernel gives new
+  /// connections to the other pairs' listeners; the ones queued on it are
+  /// reset), another kind is just not accepted from. Open connections carry
+  /// on. The watchdog's pause of a stuck pair. I/O thread.
+  void pause_listening();
+  /// Listens again after `pause_listening()` (a TCP listener rejoins its
+  /// group with listen(2)). I/O thread.
+  void resume_listening();
 
   /// Connections in the table (including lingering ones). I/O thread.
   [[nodiscard]] std::size_t connection_count() const noexcept;

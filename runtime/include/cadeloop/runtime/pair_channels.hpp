@@ -116,6 +116,12 @@ struct core_pair_options {
   /// The pair's index: written into its private page (a region's page keeps
   /// the index the region gave it) and the access log's `pair` field.
   std::uint32_t index = 0;
+  /// The watchdog: the app thread making no progress this long while it has
+  /// work marks the pair stuck (its listener paused until it progresses). 0: off.
+  std::chrono::milliseconds stuck_timeout{10000};
+  /// When >= 0, the I/O thread writes one byte here each time it marks the
+  /// pair stuck (the app side logs the app thread's Python stack). Not owned.
+  int stuck_notify_fd = -1;
 };
 
 /// The state both threads of a pair share: the two rings, the two parkers

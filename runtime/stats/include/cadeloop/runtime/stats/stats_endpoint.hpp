@@ -27,6 +27,10 @@ struct stats_endpoint_options {
   std::string host = "127.0.0.1";
   /// 0 picks an ephemeral port (see `stats_endpoint::port()`).
   std::uint16_t port = 0;
+  /// The Host header values (port ignored, compared without case) a request
+  /// may carry; any other gets 421 and a close, so a web page that rebinds a
+  /// DNS name to the endpoint's address cannot read it. Empty: any Host.
+  std::vector<std::string> allowed_hosts{};
 };
 
 /// The stats endpoint: a small native HTTP/1.1 server on its own thread with
@@ -35,8 +39,9 @@ struct stats_endpoint_options {
 /// - `GET /stats`: JSON, per pair and totals (keys in docs/operations.md);
 /// - `GET /metrics`: Prometheus text exposition format 0.0.4;
 /// - `GET /healthz`: 200 while the process serves;
-/// - `GET /readyz`: 200 while every pair is serving, 503 once `set_draining()`
-///   was called (or while a pair is not serving);
+/// - `GET /readyz`: 200 while every pair is serving or stuck and at least one
+///   serves, 503 once `set_draining()` was called (or while a pair starts,
+///   drains or stopped, or every pair is stuck);
 /// - `GET /`: the live HTML dashboard (one page, no external resources).
 ///
 /// HEAD is answered like GET without the body; any other method gets 405,

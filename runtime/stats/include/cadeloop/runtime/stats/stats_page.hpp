@@ -31,9 +31,11 @@ enum class pair_state : std::uint32_t {
   serving = 2,   ///< the I/O thread is serving
   draining = 3,  ///< a graceful stop began: listener closed, in-flight requests finishing
   stopped = 4,   ///< the I/O thread ended
+  stuck = 5,     ///< serving, but the app thread made no progress for `stuck_timeout` while it
+                 ///< had work: the listener is paused until it progresses again (the watchdog)
 };
 
-/// "unused", "starting", "serving", "draining", "stopped" (or "unknown"). Any thread.
+/// "unused", "starting", "serving", "draining", "stopped", "stuck" (or "unknown"). Any thread.
 [[nodiscard]] std::string_view state_name(pair_state s) noexcept;
 
 /// The I/O thread's loop counters (besides the HTTP server's). Written only by the I/O thread.
@@ -62,6 +64,20 @@ struct alignas(64) app_counters {
   counter app_errors;          ///< app exceptions and malformed messages (reported by the app side)
 };
 
+/// The watchdog's beats. `app_busy` is written by the app thread (1 while it
+/// runs, 0 while it sleeps); the rest by the I/O thread, whose watchdog timer
+/// compares the app's progress (`app.loop_ticks`) between beats. Times are
+/// CLOCK_MONOTONIC milliseconds (steady_clock; the same clock in every process,
+/// so a supervising process can tell how old a beat is).
+struct alignas(64) watchdog_beats {
+  using counter = net::single_writer_counter;
+  std::atomic<std::uint32_t> app_busy{0};    ///< app thread: 1 unless it sleeps in its parker
+  std::atomic<std::uint64_t> io_beat_ms{0};  ///< I/O thread: its last watchdog beat (0: none yet)
+  std::atomic<std::uint64_t> stuck_since_ms{
+      0};                  ///< I/O thread: when it marked the pair stuck (0: not)
+  counter stuck_episodes;  ///< I/O thread: times the pair was marked stuck
+};
+
 /// The identity of a page. `magic` is stored last (release) when a page is
 /// set up, so a reader that sees it (acquire) sees the rest.
 struct alignas(64) page_header {
@@ -80,17 +96,19 @@ struct alignas(64) page_header {
 ///   io       the I/O thread (HTTP server counters and the latency histogram)
 ///   io_loop  the I/O thread
 ///   app      the app thread
+///   watchdog the I/O thread (and `app_busy` by the app thread)
 /// Any thread of any process that maps the page may read it (`snapshot`).
 /// A page is owned by whoever made it (a `stats_region`, or a `core_pair`
 /// for its private page) and must outlive the pair placed on it.
 struct pair_stats_page {
   static constexpr std::uint32_t magic_value = 0x53'50'44'43;  // "CDPS"
-  static constexpr std::uint32_t layout_version = 1;
+  static constexpr std::uint32_t layout_version = 2;
 
   page_header header;
   net::server_counters io;
   io_loop_counters io_loop;
   app_counters app;
+  watchdog_beats watchdog;
 
   /// Marks the page as page `index` with no pair on it (state unused). Any
   /// thread, before any pair uses the page.
@@ -190,6 +208,12 @@ struct pair_stats_snapshot {
   std::uint64_t loop_ticks = 0;
   std::uint64_t app_errors = 0;
 
+  // Watchdog.
+  std::uint64_t stuck_episodes = 0;  ///< times the pair was marked stuck
+  std::uint64_t io_beat_ms = 0;      ///< the I/O thread's last beat (CLOCK_MONOTONIC ms; 0: none)
+  std::uint64_t stuck_since_ms =
+      0;  ///< when it was marked stuck (CLOCK_MONOTONIC ms; 0: not stuck)
+
   // Latency (I/O thread): head handed to the app -> response queued whole.
   std::uint64_t latency_count = 0;
   std::uint64_t latency_sum_us = 0;
@@ -209,8 +233,9 @@ struct pair_stats_snapshot {
 /// Adds `b`'s counters and histogram into `total` (the totals of several
 /// pairs). Invalid snapshots are skipped. Identity of the total: index =
 /// UINT32_MAX, pid = 0, started_unix_ms = the earliest, state = draining if
-/// any pair drains, else starting if any starts, else serving if any serves,
-/// else stopped (or unused). Any thread.
+/// any pair drains, else starting if any starts, else stuck if any is stuck,
+/// else serving if any serves, else stopped (or unused); io_beat_ms and
+/// stuck_since_ms are 0. Any thread.
 void merge(pair_stats_snapshot& total, const pair_stats_snapshot& b) noexcept;
 /// The totals of `pairs` (see merge). Any thread.
 [[nodiscard]] pair_stats_snapshot merge(std::span<const pair_stats_snapshot> pairs) noexcept;

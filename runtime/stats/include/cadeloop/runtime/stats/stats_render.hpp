@@ -38,9 +38,11 @@ struct stats_process_info {
                                             const stats_process_info& info, double uptime_s,
                                             bool draining);
 
-/// Whether /readyz answers 200: not draining, at least one pair, and every
-/// pair serving. When not ready, `why` says what is missing ("draining",
-/// "pair 1 is starting"). Any thread; pure.
+/// Whether /readyz answers 200: not draining, at least one pair, every pair
+/// serving or stuck (a stuck pair takes no new connections: the watchdog
+/// paused its listener), and at least one serving. When not ready, `why`
+/// says what is missing ("draining", "pair 1 is starting", "every pair is
+/// stuck"). Any thread; pure.
 [[nodiscard]] bool stats_ready(std::span<const pair_stats_snapshot> pairs, bool draining,
                                std::string& why);
 
