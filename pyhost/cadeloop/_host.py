@@ -186,8 +186,8 @@ class HostSupervisor(ProcessSupervisor):
         logger.debug("pairs in %d serving process%s: %s", len(self.groups), "" if len(self.groups) == 1 else "es",
                      "; ".join(_describe_group(g) for g in self.groups))
         # The line as the one-process mode wrote it (scripts and tests wait for it).
-        logger.info("listening on http://%s (%d core pairs, isolation %s, pid %d)",
-                    described, live, self.isolation, os.getpid())
+        logger.info("listening on %s://%s (%d core pairs, isolation %s, pid %d)",
+                    "https" if self.config.ssl_certfile else "http", described, live, self.isolation, os.getpid())
 
     def worker_main(self, index: int, status_w: int, control_r: int) -> int:
         """The serving process: the pairs of group `index` as sub-interpreters. Returns the exit code."""

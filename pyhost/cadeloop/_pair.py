@@ -483,7 +483,8 @@ class PairServer:
         try:
             if self.pair is None:
                 # "http://unix:/run/app.sock" for a Unix socket, as uvicorn and curl --unix-socket users read it.
-                logger.info("listening on http://%s (1 core pair, pid %d)", core.description, os.getpid())
+                logger.info("listening on %s://%s (1 core pair, pid %d)",
+                            "https" if self.config.ssl_certfile else "http", core.description, os.getpid())
             else:
                 logger.info("serving on %s (pid %d)", self.pair_address(core.description), os.getpid())
             if self.on_listening is not None:

@@ -260,5 +260,5 @@ class Supervisor:
     def announce(self) -> None:
         live = [p for p in self.pairs if not p.given_up]
         described = dataclasses.replace(self.config, port=self.port).describe_listen()
-        logger.info("listening on http://%s (%d core pairs, isolation %s, pid %d)",
-                    described, len(live), self.isolation, os.getpid())
+        logger.info("listening on %s://%s (%d core pairs, isolation %s, pid %d)",
+                    "https" if self.config.ssl_certfile else "http", described, len(live), self.isolation, os.getpid())

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 APPS = Path(__file__).resolve().parent / "server_apps"
-LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+LISTENING = re.compile(r"listening on https?://127\.0\.0\.1:(\d+)")
 
 
 class ServerProcess:

@@ -129,6 +129,8 @@ def test_httpx_and_curl_over_https_on_two_pairs(certs: Certs, tmp_path: Path) ->
         # Without the CA, curl refuses the certificate: the server really presents ours.
         p = subprocess.run(["curl", "-sS", https(s) + "/"], capture_output=True, text=True, timeout=20)
         assert p.returncode == 60, p.stderr
+        # The start-up line names the scheme a user should type.
+        assert f"listening on https://127.0.0.1:{s.port} (2 core pairs" in s.log()
     finally:
         assert s.stop() == 0, s.log()
 
