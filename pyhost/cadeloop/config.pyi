@@ -54,10 +54,11 @@ class Config:
     body_timeout: float | str  # time without a byte of a request body the app waits for; then 408 (or a close if the response began) and the app sees http.disconnect
     body_min_rate: int | str  # slowest average request body rate accepted once body_timeout has passed since the body was first awaited (0: no minimum)
     write_timeout: float | str  # time without writing a byte of pending response output before the connection closes (the app's send() sees the disconnect)
+    stuck_timeout: float | str  # an app thread that makes no progress this long while it has work marks its pair stuck: the pair stops accepting, its Python stack is logged, a stuck worker process is killed and restarted (0: no watchdog)
     body_window: int | str  # request body bytes handed to the app and not yet read before reading pauses
     send_high_mark: int | str  # response bytes per connection after which send() waits for the client
     drain_low_mark: int | str  # unsent response bytes per connection at or below which a waiting send() resumes
-    memory_budget: int | str  # unsent response bytes plus request body bytes not yet read by the app, per pair; above it new requests get 503 and the slowest clients are cut first
+    memory_budget: int | str  # unsent response bytes plus request body bytes not yet read by the app, per pair; above it new requests get 503, the slowest clients are cut first, and every send() waits for its connection to drain
     ws: str  # WebSockets: auto or on (served), off (an upgrade is an ordinary http request); uvicorn's names are taken too: none is off, websockets, wsproto and websockets-sansio are on
     ws_max_size: int | str  # largest WebSocket message a client may send, after decompression (closed with 1009 above)
     ws_max_queue: int  # WebSocket messages received and not yet taken by the app before reading pauses
@@ -73,6 +74,7 @@ class Config:
     stats_port: int | None  # port of the stats endpoint (/stats, /metrics, /healthz, /readyz)
     stats_host: str  # address the stats endpoint listens on
     stats_json_on_exit: str | None  # file the counters are written to as JSON at exit (and on SIGUSR1)
+    stats_allowed_hosts: str | None  # comma-separated host names the stats endpoint answers (the Host header, port ignored); another Host gets 421, against DNS rebinding
     io_spin_us: int  # how long the I/O thread spins before it sleeps
     spin_us: int  # how long the app loop spins before it sleeps
     ssl_certfile: str | None  # PEM certificate (chain) of the server; set, every connection is TLS (HTTPS, WSS)
@@ -125,6 +127,7 @@ class Config:
         body_timeout: float | str = 10.0,
         body_min_rate: int | str = 240,
         write_timeout: float | str = 30.0,
+        stuck_timeout: float | str = 10.0,
         body_window: int | str = 262144,
         send_high_mark: int | str = 1048576,
         drain_low_mark: int | str = 65536,
@@ -144,6 +147,7 @@ class Config:
         stats_port: int | None = None,
         stats_host: str = '127.0.0.1',
         stats_json_on_exit: str | None = None,
+        stats_allowed_hosts: str | None = None,
         io_spin_us: int = 0,
         spin_us: int = 0,
         ssl_certfile: str | None = None,
