@@ -44,6 +44,9 @@ cfg::value other_value(const cfg::setting& s) {
     case cfg::kind::boolean:
       return !std::get<bool>(d);
     case cfg::kind::string:
+      if (s.name == std::string_view{"uds_mode"}) {
+        return std::string{"0640"};  // read as an octal mode by the binding
+      }
       return std::string{"/tmp/other-"} + std::string{s.name};
     case cfg::kind::choice:
       for (const std::string_view c : s.choices) {
