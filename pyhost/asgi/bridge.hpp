@@ -204,8 +204,9 @@ struct bridge_options {
       1024 * 1024;  ///< bytes sent per connection before send() waits for "drained"
   /// Response bytes staged by the whole pair (the sum of every connection's
   /// sent_since_notice) beyond which every send() waits for its connection's
-  /// "drained" notice: memory_budget, so many slow readers cannot make the app
-  /// side allocate send_high_mark bytes each before the I/O thread can cut them.
+  /// "drained" notice: 1.25 x memory_budget, so many slow readers cannot make
+  /// the app side allocate send_high_mark bytes each before the I/O thread can
+  /// cut them.
   std::uint64_t staged_budget = std::uint64_t{256} << 20;
   std::string root_path;
   std::string unix_path;  ///< for scope["server"] of a Unix socket listener

@@ -301,7 +301,9 @@ class server_core {
 
     server::bridge_options b;
     b.send_high_mark = settings.app.send_high_mark;
-    b.staged_budget = memory_budget;
+    // A quarter above the I/O thread's budget: the I/O thread reaches its budget
+    // first and cuts the slowest clients, whose bytes then leave this count too.
+    b.staged_budget = memory_budget + memory_budget / 4;
     b.root_path = std::move(settings.app.root_path);
     b.unix_path = std::move(settings.app.unix_path);
     b.server_header = std::move(settings.app.server_header);

@@ -58,7 +58,7 @@ class Config:
     body_window: int | str  # request body bytes handed to the app and not yet read before reading pauses
     send_high_mark: int | str  # response bytes per connection after which send() waits for the client
     drain_low_mark: int | str  # unsent response bytes per connection at or below which a waiting send() resumes
-    memory_budget: int | str  # unsent response bytes plus request body bytes not yet read by the app, per pair; above it new requests get 503, the slowest clients are cut first, and every send() waits for its connection to drain
+    memory_budget: int | str  # unsent response bytes plus request body bytes not yet read by the app, per pair; above it new requests get 503 and the slowest clients are cut first; at 1.25 times it every send() waits for its connection to drain
     ws: str  # WebSockets: auto or on (served), off (an upgrade is an ordinary http request); uvicorn's names are taken too: none is off, websockets, wsproto and websockets-sansio are on
     ws_max_size: int | str  # largest WebSocket message a client may send, after decompression (closed with 1009 above)
     ws_max_queue: int  # WebSocket messages received and not yet taken by the app before reading pauses
