@@ -441,7 +441,8 @@ std::uint16_t request_parser::head_limit_violation(std::uint64_t end,
     status = 431;
     *reason = "request head larger than max_header_bytes";
   }
-  if (url_open_ && end > method_end_ + 1 + max_url_ && method_end_ + 1 + max_url_ < first) {
+  const std::uint64_t url_end = url_span_closed_ ? url_seen_end_ : end;
+  if (url_open_ && url_end > method_end_ + 1 + max_url_ && method_end_ + 1 + max_url_ < first) {
     status = 414;
     *reason = "request target longer than max_url";
   }
@@ -532,6 +533,7 @@ int request_parser::on_method(const char* at, std::size_t len) {
   method_end_ = stream_pos(at) + len;
   // From here until the target is complete both the head and the URL limit apply.
   url_open_ = true;
+  url_span_closed_ = false;
   set_limit_end(std::min(head_start_ + max_header_bytes_, method_end_ + 1 + max_url_));
   return check_head_span(at, len);
 }
@@ -548,6 +550,8 @@ int request_parser::on_url(const char* at, std::size_t len) {
     h.target_off_ = off;
   }
   h.target_len_ = off + static_cast<std::uint32_t>(len) - h.target_off_;
+  url_seen_end_ = stream_pos(at) + len;
+  url_span_closed_ = at + len < feed_end_;  // else llhttp only flushed the span at the feed's end
   return 0;
 }
 

@@ -1147,6 +1147,25 @@ TEST(request_parser, OnePieceHeadsMatchCutHeadsAtEveryHeadLimit) {
   }
 }
 
+// Found by fuzz_request_parser: a target exactly max_url long, then a bare CR
+// where the version should be. llhttp keeps such a line open as HTTP/0.9
+// until its LF, so the CR once counted as a target byte when the line came in
+// one piece (414) but not when cut before it (400). The CR is no target byte:
+// 400 both ways, and 414 only for a target that is really too long.
+TEST(request_parser, TargetAtMaxUrlThenABareCrIs400HoweverItIsCut) {
+  for (const std::size_t length : {std::size_t{31}, std::size_t{32}, std::size_t{33}}) {
+    const std::string input = "GET /" + std::string(length - 1, 'v') + "\rqrade: websocket\r\n\r\n";
+    feed_plan plan;
+    plan.limits.max_url = 32;
+    const run_result whole = run_whole(input, plan);
+    EXPECT_EQ(whole.error.status, length > 32 ? 414 : 400) << length;
+    for (std::size_t cut = 1; cut < input.size(); ++cut) {
+      const run_result split = run(input, {cut}, plan);
+      ASSERT_EQ(split.trace, whole.trace) << "length " << length << " cut " << cut;
+    }
+  }
+}
+
 TEST(request_parser, OnePieceHeadsMatchCutHeadsAtEveryFieldCount) {
   for (const std::string& input : one_piece_inputs()) {
     SCOPED_TRACE(input.substr(0, 40));

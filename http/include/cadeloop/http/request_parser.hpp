@@ -271,7 +271,12 @@ class request_parser {
   std::uint64_t head_start_ = 0;  // first byte of the method
   std::uint64_t method_end_ = 0;  // one past the method
   bool head_start_known_ = false;
-  bool url_open_ = false;                 // between the method and the end of the target
+  bool url_open_ = false;  // between the method and the end of the target
+  // The target's bytes end where llhttp closed its span (a terminator inside
+  // the feed, not the feed's end): an HTTP/0.9-style line keeps url_open_
+  // until its LF, and the CR before it is no target byte.
+  bool url_span_closed_ = false;
+  std::uint64_t url_seen_end_ = 0;        // stream position after the last target byte reported
   std::uint64_t limit_end_ = UINT64_MAX;  // a head byte at or past this violates a limit
   // limit_end_ as an address in the current input (saturated), so a span's
   // check is one compare: `at + len <= limit_addr_`.
