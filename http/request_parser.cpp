@@ -413,7 +413,7 @@ feed_result request_parser::feed(std::string_view input) noexcept {
     return {feed_status::upgraded, consumed};
   }
   if (error_.status == 0) {
-    classify_llhttp_error(err, stream_base_);
+    classify_llhttp_error(err, stream_base_, consumed);
   }
   state_ = state::failed;
   return {feed_status::error, consumed};
@@ -429,8 +429,8 @@ int request_parser::fail_internal() noexcept {
   return fail(500, "internal error while parsing the request");
 }
 
-std::uint16_t request_parser::head_limit_violation(std::uint64_t end,
-                                                   const char** reason) const noexcept {
+std::uint16_t request_parser::head_limit_violation(std::uint64_t end, const char** reason,
+                                                   std::uint64_t target_end) const noexcept {
   // `end` is one past the last head byte consumed. Each limit is violated at
   // a fixed stream position; the earliest one wins, so the verdict does not
   // depend on where the stream was split into feeds.
@@ -441,8 +441,7 @@ std::uint16_t request_parser::head_limit_violation(std::uint64_t end,
     status = 431;
     *reason = "request head larger than max_header_bytes";
   }
-  const std::uint64_t url_end = url_span_closed_ ? url_seen_end_ : end;
-  if (url_open_ && url_end > method_end_ + 1 + max_url_ && method_end_ + 1 + max_url_ < first) {
+  if (url_open_ && target_end > method_end_ + 1 + max_url_ && method_end_ + 1 + max_url_ < first) {
     status = 414;
     *reason = "request target longer than max_url";
   }
@@ -451,18 +450,41 @@ std::uint16_t request_parser::head_limit_violation(std::uint64_t end,
 
 int request_parser::check_head_limits_slow(std::uint64_t end) noexcept {
   const char* reason = nullptr;
-  if (const std::uint16_t status = head_limit_violation(end, &reason); status != 0) {
+  if (const std::uint16_t status = head_limit_violation(end, &reason, end); status != 0) {
     return fail(status, reason);
   }
   return 0;
 }
 
-void request_parser::classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos) noexcept {
+// Where the target ends when llhttp stopped at `pos` with the target still
+// open: at the first SP, CR or LF after what it reported, in the `consumed`
+// bytes of this feed that end at `pos`; else at `pos` (every byte before it
+// was a target byte).
+std::uint64_t request_parser::target_end_before(std::uint64_t pos,
+                                                std::size_t consumed) const noexcept {
+  if (!url_open_) {
+    return pos;
+  }
+  const std::uint64_t feed_start = pos - consumed;
+  const std::uint64_t from = std::max({url_seen_end_, method_end_ + 1, feed_start});
+  for (std::uint64_t q = from; q < pos; ++q) {
+    const char ch = feed_begin_[q - feed_start];
+    if (ch == ' ' || ch == '\r' || ch == '\n') {
+      return q;
+    }
+  }
+  return pos;
+}
+
+void request_parser::classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos,
+                                           std::size_t consumed) noexcept {
   // llhttp may stop at a bad byte that lies past a limit before the span
   // holding it was reported; the limit was crossed first, so it decides.
   if (phase_ == phase::head) {
     const char* reason = nullptr;
-    if (const std::uint16_t status = head_limit_violation(pos, &reason); status != 0) {
+    if (const std::uint16_t status =
+            head_limit_violation(pos, &reason, target_end_before(pos, consumed));
+        status != 0) {
       error_ = {status, reason, true};
       return;
     }
@@ -533,7 +555,7 @@ int request_parser::on_method(const char* at, std::size_t len) {
   method_end_ = stream_pos(at) + len;
   // From here until the target is complete both the head and the URL limit apply.
   url_open_ = true;
-  url_span_closed_ = false;
+  url_seen_end_ = 0;
   set_limit_end(std::min(head_start_ + max_header_bytes_, method_end_ + 1 + max_url_));
   return check_head_span(at, len);
 }
@@ -551,7 +573,6 @@ int request_parser::on_url(const char* at, std::size_t len) {
   }
   h.target_len_ = off + static_cast<std::uint32_t>(len) - h.target_off_;
   url_seen_end_ = stream_pos(at) + len;
-  url_span_closed_ = at + len < feed_end_;  // else llhttp only flushed the span at the feed's end
   return 0;
 }
 

@@ -212,9 +212,11 @@ class request_parser {
     return within_limits(at, len) ? 0 : check_head_limits_slow(stream_pos(at) + len);
   }
   [[gnu::noinline]] int check_head_limits_slow(std::uint64_t end) noexcept;
-  [[nodiscard]] std::uint16_t head_limit_violation(std::uint64_t end,
-                                                   const char** reason) const noexcept;
-  void classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos) noexcept;
+  [[nodiscard]] std::uint16_t head_limit_violation(std::uint64_t end, const char** reason,
+                                                   std::uint64_t target_end) const noexcept;
+  [[nodiscard]] std::uint64_t target_end_before(std::uint64_t pos,
+                                                std::size_t consumed) const noexcept;
+  void classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos, std::size_t consumed) noexcept;
   [[nodiscard]] bool unknown_http_version_before(std::uint64_t pos) const noexcept;
   [[gnu::noinline]] int interpret_head_field(const char* name, std::size_t name_len,
                                              std::string_view value);
@@ -272,11 +274,11 @@ class request_parser {
   std::uint64_t method_end_ = 0;  // one past the method
   bool head_start_known_ = false;
   bool url_open_ = false;  // between the method and the end of the target
-  // The target's bytes end where llhttp closed its span (a terminator inside
-  // the feed, not the feed's end): an HTTP/0.9-style line keeps url_open_
-  // until its LF, and the CR before it is no target byte.
-  bool url_span_closed_ = false;
-  std::uint64_t url_seen_end_ = 0;        // stream position after the last target byte reported
+  // Stream position after the last target byte llhttp reported. An
+  // HTTP/0.9-style line keeps url_open_ until its LF, and llhttp may stop
+  // on a byte after the target's CR or LF before reporting the target: the
+  // error path then finds the target's end from here (target_end_before).
+  std::uint64_t url_seen_end_ = 0;
   std::uint64_t limit_end_ = UINT64_MAX;  // a head byte at or past this violates a limit
   // limit_end_ as an address in the current input (saturated), so a span's
   // check is one compare: `at + len <= limit_addr_`.
