@@ -457,17 +457,22 @@ int request_parser::check_head_limits_slow(std::uint64_t end) noexcept {
 }
 
 // Where the target ends when llhttp stopped at `pos` with the target still
-// open: at the first SP, CR or LF after what it reported, in the `consumed`
-// bytes of this feed that end at `pos`; else at `pos` (every byte before it
-// was a target byte).
+// open: where the reported bytes end if an earlier feed went past them, else
+// at the first SP, CR or LF after them in the `consumed` bytes of this feed
+// that end at `pos`; else at `pos` (every byte before it was a target byte).
 std::uint64_t request_parser::target_end_before(std::uint64_t pos,
                                                 std::size_t consumed) const noexcept {
   if (!url_open_) {
     return pos;
   }
   const std::uint64_t feed_start = pos - consumed;
-  const std::uint64_t from = std::max({url_seen_end_, method_end_ + 1, feed_start});
-  for (std::uint64_t q = from; q < pos; ++q) {
+  const std::uint64_t reported = std::max(url_seen_end_, method_end_ + 1);
+  if (reported < feed_start) {
+    // llhttp reports every target byte of a feed before the feed ends, so
+    // the bytes an earlier feed consumed past `reported` were no target bytes.
+    return reported;
+  }
+  for (std::uint64_t q = reported; q < pos; ++q) {
     const char ch = feed_begin_[q - feed_start];
     if (ch == ' ' || ch == '\r' || ch == '\n') {
       return q;

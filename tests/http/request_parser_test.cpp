@@ -1164,6 +1164,11 @@ TEST(request_parser, TargetAtMaxUrlThenABareCrIs400HoweverItIsCut) {
         const run_result split = run(input, {cut}, plan);
         ASSERT_EQ(split.trace, whole.trace) << "length " << length << " cut " << cut;
       }
+      std::vector<std::size_t> every_byte;
+      for (std::size_t cut = 1; cut < input.size(); ++cut) {
+        every_byte.push_back(cut);
+      }
+      ASSERT_EQ(run(input, every_byte, plan).trace, whole.trace) << "length " << length;
     }
   }
 }
