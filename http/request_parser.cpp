@@ -466,16 +466,21 @@ std::uint64_t request_parser::target_end_before(std::uint64_t pos,
     return pos;
   }
   const std::uint64_t feed_start = pos - consumed;
-  const std::uint64_t reported = std::max(url_seen_end_, method_end_ + 1);
-  if (reported < feed_start) {
-    // llhttp reports every target byte of a feed before the feed ends, so
-    // the bytes an earlier feed consumed past `reported` were no target bytes.
-    return reported;
+  // llhttp reports every target byte of a feed before the feed ends, so the
+  // bytes an earlier feed consumed past the reported ones were no target bytes.
+  bool in_target = url_seen_end_ != 0;
+  if (in_target && url_seen_end_ < feed_start) {
+    return url_seen_end_;
   }
-  for (std::uint64_t q = reported; q < pos; ++q) {
+  const std::uint64_t from = std::max({url_seen_end_, method_end_ + 1, feed_start});
+  for (std::uint64_t q = from; q < pos; ++q) {
     const char ch = feed_begin_[q - feed_start];
     if (ch == ' ' || ch == '\r' || ch == '\n') {
-      return q;
+      if (in_target) {
+        return q;
+      }
+    } else {
+      in_target = true;  // spaces before the target count against max_url, as they do unbroken
     }
   }
   return pos;
