@@ -254,6 +254,9 @@ void bridge::release_python() {
     Py_DECREF(bytes);
   }
   header_names_.clear();
+  for (PyObject*& pair : header_pairs_) {
+    Py_CLEAR(pair);
+  }
   n_.clear();
   Py_CLEAR(app_);
   Py_CLEAR(loop_);

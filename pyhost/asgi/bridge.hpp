@@ -115,7 +115,7 @@ struct request_object {
   net::connection_id conn;
   std::uint32_t seq;
   unsigned status;
-  std::deque<net::byte_buffer>* body;  // owned: pieces received, not yet given to the app
+  std::deque<net::byte_buffer>* body;  // owned, from the first piece: body not given to the app
   ws_session* ws;                      // owned: a WebSocket upgrade's state, else NULL
   http::response_encoder* encoder;     // owned
   http::request_context ctx;
@@ -301,6 +301,7 @@ class bridge final : public loop_source {
 
   PyObject* build_scope(const runtime::inbound_message& m, conn_state& cs);
   PyObject* build_headers(const http::request_head& head);
+  PyObject* header_pair(const http::header_field& f);
   PyObject* header_name(std::string_view name);
   PyObject* address_tuple(const net::socket_address& a, bool server_side);
   bool start_app(request_object* r, PyObject* scope);
@@ -337,6 +338,7 @@ class bridge final : public loop_source {
   net::socket_address last_server_addr_{};
   names n_;
   std::unordered_map<std::string, PyObject*> header_names_;
+  std::vector<PyObject*> header_pairs_;  // shared (name, value) tuples of repeating headers
   std::vector<conn_state> conns_;
   request_object live_{};  // sentinel of the live list
   http::date_cache dates_;

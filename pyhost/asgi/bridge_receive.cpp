@@ -47,6 +47,9 @@ void bridge::on_body(runtime::inbound_message& m) {
     return;
   }
   if (!m.body.empty()) {
+    if (r->body == nullptr) {
+      r->body = new std::deque<net::byte_buffer>();  // made for the first piece
+    }
     r->body->push_back(std::move(m.body));
   }
   if (!m.more_body) {
@@ -141,8 +144,10 @@ PyObject* bridge::disconnect_message() {
 
 PyObject* bridge::body_message(request_object* r) {
   std::size_t total = 0;
-  for (const net::byte_buffer& b : *r->body) {
-    total += b.size();
+  if (r->body != nullptr) {  // made when the first body piece arrived
+    for (const net::byte_buffer& b : *r->body) {
+      total += b.size();
+    }
   }
   PyObject* bytes = nullptr;
   if (total == 0) {
@@ -171,7 +176,9 @@ PyObject* bridge::body_message(request_object* r) {
   if (msg == nullptr) {
     return nullptr;
   }
-  r->body->clear();
+  if (r->body != nullptr) {
+    r->body->clear();
+  }
   if (!more) {
     r->body_delivered = true;
   }
@@ -246,7 +253,7 @@ PyObject* bridge::receive(request_object* r) {
         }
       }
     }
-    if (!r->body->empty() || r->body_complete) {
+    if ((r->body != nullptr && !r->body->empty()) || r->body_complete) {
       return ready(body_message(r));
     }
   } else if (r->complete || (cs != nullptr && cs->peer_eof)) {

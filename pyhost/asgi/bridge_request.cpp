@@ -26,6 +26,10 @@ namespace {
 constexpr std::size_t cached_name_max_len = 48;
 constexpr std::size_t cached_names_max = 256;
 
+std::string_view bytes_of(PyObject* b) noexcept {
+  return {PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))};
+}
+
 /// Raises `exc` again (takes the reference).
 void restore_exception(PyObject* exc) {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -108,12 +112,15 @@ void bridge::on_request(runtime::inbound_message& m) {
   live_.live_prev = r;
   PyObject_GC_Track(reinterpret_cast<PyObject*>(r));
   try {
-    r->body = new std::deque<net::byte_buffer>();
-    r->encoder = new http::response_encoder(
-        dates_, http::encoder_options{options_.server_header, options_.date_header,
-                                      options_.extra_headers});
-    r->encoder->start(r->ctx);
-    r->ws = m.info.websocket ? new ws_session() : nullptr;
+    if (m.info.websocket) {
+      // No encoder until the app sends a denial response (bridge_websocket.cpp).
+      r->ws = new ws_session();
+    } else {
+      r->encoder = new http::response_encoder(
+          dates_, http::encoder_options{options_.server_header, options_.date_header,
+                                        options_.extra_headers});
+      r->encoder->start(r->ctx);
+    }
     cs.active.push_back(r);  // the connection's reference
   } catch (const std::bad_alloc&) {
     Py_DECREF(r);
@@ -212,6 +219,71 @@ PyObject* bridge::header_name(std::string_view name) {
   return b;
 }
 
+namespace {
+
+// Headers whose values repeat from one request to the next (a browser sends
+// the same ones on every connection). Their (name, value) tuples are shared:
+// a tuple of two bytes objects is immutable, so an app cannot change what
+// another request sees. Anything secret or unique per request (cookie,
+// authorization, sec-websocket-key, ...) is not listed.
+constexpr std::string_view repeated_headers[] = {
+    "host",
+    "connection",
+    "upgrade",
+    "sec-websocket-version",
+    "origin",
+    "user-agent",
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "cache-control",
+    "pragma",
+    "sec-websocket-extensions",
+};
+constexpr std::size_t repeated_value_max = 256;  // longer values are not shared
+
+std::size_t repeated_index(std::string_view name) noexcept {
+  for (std::size_t i = 0; i < std::size(repeated_headers); ++i) {
+    if (repeated_headers[i] == name) {
+      return i;
+    }
+  }
+  return std::size(repeated_headers);
+}
+
+}  // namespace
+
+PyObject* bridge::header_pair(const http::header_field& f) {
+  std::size_t k =
+      f.value.size() <= repeated_value_max ? repeated_index(f.name) : std::size(repeated_headers);
+  if (k < std::size(repeated_headers)) {
+    if (header_pairs_.empty()) {
+      try {
+        header_pairs_.assign(std::size(repeated_headers), nullptr);
+      } catch (const std::bad_alloc&) {
+        k = std::size(repeated_headers);  // not shared
+      }
+    }
+    // One tuple per name: the last value seen (a new value replaces it).
+    if (PyObject* t = k < header_pairs_.size() ? header_pairs_[k] : nullptr; t != nullptr) {
+      const std::string_view cached = bytes_of(PyTuple_GET_ITEM(t, 1));
+      if (cached == f.value) {
+        return Py_NewRef(t);
+      }
+    }
+  }
+  PyObject* name = header_name(f.name);
+  PyObject* value =
+      PyBytes_FromStringAndSize(f.value.data(), static_cast<Py_ssize_t>(f.value.size()));
+  PyObject* pair = name != nullptr && value != nullptr ? PyTuple_Pack(2, name, value) : nullptr;
+  Py_XDECREF(name);
+  Py_XDECREF(value);
+  if (pair != nullptr && k < header_pairs_.size()) {
+    Py_XSETREF(header_pairs_[k], Py_NewRef(pair));
+  }
+  return pair;
+}
+
 PyObject* bridge::build_headers(const http::request_head& head) {
   const http::header_block& block = head.headers();
   PyObject* list = PyList_New(static_cast<Py_ssize_t>(block.size()));
@@ -219,13 +291,7 @@ PyObject* bridge::build_headers(const http::request_head& head) {
     return nullptr;
   }
   for (std::size_t i = 0; i < block.size(); ++i) {
-    const http::header_field f = block[i];
-    PyObject* name = header_name(f.name);
-    PyObject* value =
-        PyBytes_FromStringAndSize(f.value.data(), static_cast<Py_ssize_t>(f.value.size()));
-    PyObject* pair = name != nullptr && value != nullptr ? PyTuple_Pack(2, name, value) : nullptr;
-    Py_XDECREF(name);
-    Py_XDECREF(value);
+    PyObject* pair = header_pair(block[i]);
     if (pair == nullptr) {
       Py_DECREF(list);
       return nullptr;
@@ -438,7 +504,7 @@ void bridge::finish(request_object* r) {
   PyObject* rw = std::exchange(r->receive_waiter, nullptr);
   PyObject* sw = std::exchange(r->send_waiter, nullptr);
   PyObject* hdr = std::exchange(r->start_headers, nullptr);
-  r->body->clear();
+  delete std::exchange(r->body, nullptr);
   if (r->ws != nullptr) {
     r->ws->inbox.clear();
   }

@@ -74,7 +74,9 @@ PyObject* optional_item(PyObject* message, PyObject* key) {
 PyObject* bridge::websocket_scope(PyObject* scope, const http::request_head& head, bool tls) {
   // subprotocols: every Sec-WebSocket-Protocol field, split at commas, trimmed.
   PyObject* subprotocols = PyList_New(0);
-  PyObject* extensions = Py_BuildValue("{s:{}}", "websocket.http.response");
+  // The key is interned (one str per interpreter, not one per connection).
+  PyObject* denial = PyUnicode_InternFromString("websocket.http.response");
+  PyObject* extensions = denial != nullptr ? Py_BuildValue("{N:{}}", denial) : nullptr;
   bool ok = subprotocols != nullptr && extensions != nullptr;
   if (PyObject* given = PyDict_GetItem(scope, n_.extensions); ok && given != nullptr) {
     ok = PyDict_Update(extensions, given) == 0;  // the TLS extension build_scope put there
@@ -307,6 +309,16 @@ PyObject* bridge::ws_send(request_object* r, PyObject* type, PyObject* message) 
         return r->complete ? Py_NewRef(none_ready_) : PyErr_NoMemory();
       }
       if (is_start) {
+        if (r->encoder == nullptr) {  // made for a denial response only: an accepted one needs none
+          try {
+            r->encoder = new http::response_encoder(
+                dates_, http::encoder_options{options_.server_header, options_.date_header,
+                                              options_.extra_headers});
+          } catch (const std::bad_alloc&) {
+            return PyErr_NoMemory();
+          }
+          r->encoder->start(r->ctx);
+        }
         return send_start(r, message);  // the denial response (bridge_send.cpp)
       }
       if (is_body) {
