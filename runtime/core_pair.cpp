@@ -6,10 +6,39 @@
 
 #include "io_thread.hpp"
 
+#include <malloc.h>
+
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 namespace cadeloop::runtime {
+
+namespace {
+
+// Response bytes are allocated on the app thread and freed on the I/O
+// thread once written. With glibc's default thresholds a freed 64 KiB
+// response at the top of the heap is given back to the kernel at once, and
+// the next one faults its 16 pages in again (16 page faults per 64 KiB
+// response, measured: bench/results/2026-12-01-http-perf-ab.md). Keeping up
+// to 32 MiB of freed heap, and taking blocks up to 4 MiB from the heap
+// rather than from mmap, ends that churn. Once per process; glibc's own
+// environment variables, when set, win.
+void keep_freed_heap() {
+#if defined(__GLIBC__)
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr &&
+        std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) {
+      (void)::mallopt(M_MMAP_THRESHOLD, 4 << 20);
+      (void)::mallopt(M_TRIM_THRESHOLD, 32 << 20);
+    }
+  });
+#endif
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------- app side
 
@@ -241,6 +270,7 @@ std::string core_pair::start() {
   if (!error.empty()) {
     return error;
   }
+  keep_freed_heap();
   io_->start();
   return {};
 }

@@ -115,7 +115,7 @@ struct request_object {
   net::connection_id conn;
   std::uint32_t seq;
   unsigned status;
-  std::deque<net::byte_buffer>* body;  // owned, from the first piece: body not given to the app
+  std::vector<net::byte_buffer>* body;  // owned, from the first piece: body not given to the app
   ws_session* ws;                      // owned: a WebSocket upgrade's state, else NULL
   http::response_encoder* encoder;     // owned
   http::request_context ctx;
@@ -344,6 +344,11 @@ class bridge final : public loop_source {
   http::date_cache dates_;
   std::string scratch_;
   std::string path_scratch_;
+  std::vector<http::header_field> fields_scratch_;  // encode_head's view of the app's headers
+  // scope_template_ plus every key build_scope sets (values None), so a
+  // scope is one copy whose values are replaced, never a dict that grows.
+  PyObject* full_template_ = nullptr;
+  bool full_template_state_ = false;  // made with the "state" key
   std::size_t handled_ = 0;
   std::size_t active_tasks_ = 0;
   bool stopped_ = false;

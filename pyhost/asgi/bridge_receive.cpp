@@ -48,7 +48,7 @@ void bridge::on_body(runtime::inbound_message& m) {
   }
   if (!m.body.empty()) {
     if (r->body == nullptr) {
-      r->body = new std::deque<net::byte_buffer>();  // made for the first piece
+      r->body = new std::vector<net::byte_buffer>();  // made for the first piece
     }
     r->body->push_back(std::move(m.body));
   }

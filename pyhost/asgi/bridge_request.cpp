@@ -351,7 +351,23 @@ PyObject* tls_extension(const net::tls_details& d) {
 
 PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs) {
   const http::request_head& head = *m.head;
-  PyObject* scope = PyDict_Copy(scope_template_);
+  if (full_template_ == nullptr || full_template_state_ != (state_ != nullptr)) {
+    Py_CLEAR(full_template_);
+    full_template_ = PyDict_Copy(scope_template_);
+    if (full_template_ == nullptr) {
+      return nullptr;
+    }
+    full_template_state_ = state_ != nullptr;
+    PyObject* keys[] = {n_.http_version, n_.method, n_.path,   n_.raw_path, n_.query_string,
+                        n_.headers,      n_.client, n_.server, n_.state};
+    for (PyObject* k : keys) {
+      if ((k != n_.state || state_ != nullptr) && PyDict_SetItem(full_template_, k, Py_None) != 0) {
+        Py_CLEAR(full_template_);
+        return nullptr;
+      }
+    }
+  }
+  PyObject* scope = PyDict_Copy(full_template_);
   if (scope == nullptr) {
     return nullptr;
   }

@@ -144,7 +144,8 @@ PyObject* bridge::send_start(request_object* r, PyObject* message) {
 }
 
 bool bridge::encode_head(request_object* r, std::optional<std::uint64_t> body_size) {
-  std::vector<http::header_field> fields;
+  std::vector<http::header_field>& fields = fields_scratch_;
+  fields.clear();
   PyObject* list = r->start_headers;
   const Py_ssize_t n = list == nullptr ? 0 : PyList_GET_SIZE(list);
   fields.reserve(static_cast<std::size_t>(n));
