@@ -3,7 +3,9 @@
 
 For each kind of hostile client -- slow head (slowloris: a head that trickles in),
 slow body (a head with Content-Length: 10 and no body), slow reader (a 100 MiB
-streamed response that is never read) -- opens --count connections (default 5,000)
+streamed response that is never read; the app makes a fresh 64 KiB bytes object per
+response, as a templated page would), shared-reader (the same, but every response sends
+one module-level 64 KiB object, as a static asset would) -- opens --count connections (default 5,000)
 and keeps them open (re-opening each one the server cuts) for --seconds, while a
 normal client sends GET /hello on a new connection every 10 ms and records its
 latency. Reports the normal client's p50/p99/max and failures, the server's peak
@@ -12,6 +14,7 @@ server's /stats counters, as JSON and a Markdown table in bench/results/.
 
     python bench/slow_clients.py                 # 5,000 of each kind, one kind at a time
     python bench/slow_clients.py --count 500 --seconds 15 --kinds body,reader
+    python bench/slow_clients.py --count 5000 --seconds 20 --kinds reader,shared-reader
 
 The kinds run one after the other (a fresh server each): with default settings
 one pair holds at most max_connections (10,000) connections.
@@ -101,7 +104,7 @@ class Hostile:
 
     def open_one(self) -> None:
         s = socket.socket()
-        if self.kind == "reader":
+        if self.kind in ("reader", "shared-reader"):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.settimeout(5)
         try:
@@ -110,8 +113,10 @@ class Hostile:
                 s.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n")
             elif self.kind == "body":
                 s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
-            else:
+            elif self.kind == "reader":
                 s.sendall(b"GET /big?mb=100 HTTP/1.1\r\nHost: x\r\n\r\n")
+            else:
+                s.sendall(b"GET /big?mb=100&shared=1 HTTP/1.1\r\nHost: x\r\n\r\n")
         except OSError:
             self.connect_errors += 1
             s.close()
@@ -120,7 +125,7 @@ class Hostile:
         self.opened += 1
         # A reader never reads: only an error or hang-up (seen as readable with nothing to
         # peek at beyond what it got) would tell it was cut, so it is not watched.
-        if self.kind != "reader":
+        if self.kind not in ("reader", "shared-reader"):
             self.sel.register(s, selectors.EVENT_READ)
         else:
             self.readers.append(s)
@@ -188,14 +193,15 @@ def run_kind(kind: str, args: argparse.Namespace, workdir: Path) -> dict:  # typ
         hostile = Hostile(kind, port, args.count)
         t_open = time.monotonic()
         hostile.thread.start()
+        peak = base_rss  # sampled while the hostile connections open too
         while hostile.thread.is_alive() and hostile.opened + hostile.connect_errors < args.count:
             time.sleep(0.1)
+            peak = max(peak, rss_kib(proc.pid))
             if time.monotonic() - t_open > 120:
                 break
         open_s = time.monotonic() - t_open
         lat: list[float] = []
         failures: list[str] = []
-        peak = base_rss
         client = threading.Thread(target=normal_client, args=(port, args.seconds, lat, failures))
         client.start()
         while client.is_alive():
@@ -233,7 +239,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=5000, help="hostile connections of each kind (default 5000)")
     ap.add_argument("--seconds", type=float, default=30, help="how long the normal client measures (default 30)")
-    ap.add_argument("--kinds", default="head,body,reader", help="comma-separated: head, body, reader")
+    ap.add_argument("--kinds", default="head,body,reader",
+                    help="comma-separated: head, body, reader, shared-reader")
     ap.add_argument("--server-arg", action="append", default=[], help="extra server argument (repeatable)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where the results go")
     ap.add_argument("--tag", default="", help="suffix of the result file names")
@@ -262,7 +269,11 @@ def main() -> None:
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     lines = [f"# Slow and hostile clients ({meta['date']})", "",
              f"- command: `{meta['command']}`", f"- machine: {meta['machine']}", f"- Python {meta['python']}",
-             f"- {meta['note']}", "- server: default settings (one core pair)", "",
+             f"- {meta['note']}",
+             "- server: default settings (one core pair)" + (f", plus {' '.join(args.server_arg)}" if args.server_arg
+                                                           else ""),
+             "- reader: a fresh 64 KiB bytes per response (held by the app across send()); shared-reader: "
+             "one module-level 64 KiB object for every response", "",
              "| kind | hostile | normal requests | failures | p50 ms | p99 ms | max ms | RSS peak MiB | load avg | counters |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -28,11 +28,10 @@ bool http_server::impl::refuse_over_budget(connection& c) {
 // Called as a send arrives (a client that reads nothing causes no write
 // event, so checking only after writes would let its bytes pile up): while
 // over budget, the connection whose output made no progress the longest is
-// closed. The sender goes too if it is the slowest. A connection with only a
+// closed (the sender too, when it is the slowest). A connection with only a
 // little output pending (a small response, a 503 on its way out) is passed
 // over: cutting it would free next to nothing and lose a client that reads.
-void http_server::impl::enforce_memory_budget(const connection& sender) {
-  (void)sender;
+void http_server::impl::enforce_memory_budget() {
   constexpr std::uint64_t worth_cutting = 16 * 1024;
   deadline_list& l = lists_[static_cast<std::size_t>(timer_kind::write)];
   for (connection* c = l.head; c != nullptr && over_memory_budget();) {

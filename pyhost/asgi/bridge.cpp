@@ -249,6 +249,7 @@ void bridge::release_python() {
     r = next;
   }
   live_.live_prev = live_.live_next = &live_;
+  drop_gate();
   forget_connections();
   for (auto& [name, bytes] : header_names_) {
     Py_DECREF(bytes);
@@ -329,6 +330,9 @@ int bridge::run() {
   }
   if (PyErr_Occurred()) {
     return -1;  // KeyboardInterrupt / SystemExit raised by an app: stop the loop
+  }
+  if (!gated_.empty()) {
+    release_gate();  // bridge_gate.cpp: disconnects and drained notices may have opened it
   }
   if (n == 0 && side_.io_stopped() && !side_.has_inbound()) {
     stopped_ = true;

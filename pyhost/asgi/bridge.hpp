@@ -112,6 +112,7 @@ struct request_object {
   PyObject* receive_waiter;  // a Future a receive() waits on, or NULL
   PyObject* send_waiter;     // a Future a send() waits on (drained), or NULL
   PyObject* start_headers;   // headers of http.response.start until the head is encoded (a list)
+  PyObject* gated;           // a body message waiting for the pair's staging gate (a dict), or NULL
   net::connection_id conn;
   std::uint32_t seq;
   unsigned status;
@@ -222,6 +223,7 @@ struct bridge_stats {
   std::uint64_t eager_completed = 0;  ///< requests whose task finished inside its eager first step
   std::uint64_t app_errors = 0;       ///< app exceptions and malformed messages
   std::uint64_t drain_waits = 0;      ///< send() calls that waited for "drained"
+  std::uint64_t gate_waits = 0;       ///< send() calls that waited for the staging gate
   std::uint64_t passes_with_work = 0;
 };
 
@@ -360,10 +362,36 @@ class bridge final : public loop_source {
     cs.sent_since_notice = bytes;
     staged_total_ += bytes;
   }
-  [[nodiscard]] bool over_staged(const conn_state& cs) const noexcept {
+  /// Whether a send staging bytes on `cs` asks for a "drained" notice: past
+  /// the connection's high mark, or the pair's staged_budget; and at the end
+  /// of a response while the pair has half its budget staged, so a
+  /// connection's count does not stay stale once its bytes are written.
+  [[nodiscard]] bool over_staged(const conn_state& cs,
+                                 bool end_of_response = false) const noexcept {
     return cs.sent_since_notice >= options_.send_high_mark ||
-           staged_total_ >= options_.staged_budget;
+           staged_total_ >= options_.staged_budget ||
+           (end_of_response && cs.sent_since_notice != 0 &&
+            staged_total_ >= options_.staged_budget / 2);
   }
+
+  // ---- the staging gate (bridge_gate.cpp): while the pair has staged_budget
+  // bytes staged, a body part bigger than gate_pass_size waits BEFORE its
+  // bytes are copied (the app keeps its object; the server holds nothing
+  // more), in arrival order, until disconnects and drained notices bring the
+  // total back under the budget.
+  static constexpr Py_ssize_t gate_pass_size = 4096;
+  std::deque<request_object*> gated_;  // requests whose send() waits for the gate (strong)
+  bool releasing_gate_ = false;        // release_gate() is staging a held message
+  [[nodiscard]] bool gate_open() const noexcept {
+    return releasing_gate_ || (gated_.empty() && staged_total_ < options_.staged_budget);
+  }
+  /// With the gate closed: a Future the send waits on (the message held), or
+  /// NULL without an error when the message passes, NULL with one on failure.
+  PyObject* wait_for_gate(request_object* r, PyObject* message);
+  /// Stages held messages in order while the pair is under staged_budget.
+  void release_gate();
+  /// Drops every held message (the bridge goes away).
+  void drop_gate() noexcept;
 };
 
 /// Creates the Request, Ready and ClientDisconnected types for this

@@ -89,6 +89,7 @@ void bridge::on_request(runtime::inbound_message& m) {
   }
   r->owner = this;
   r->task = r->receive_waiter = r->send_waiter = r->start_headers = nullptr;
+  r->gated = nullptr;
   r->conn = m.conn;
   r->seq = m.request;
   r->status = 0;
@@ -520,6 +521,7 @@ void bridge::finish(request_object* r) {
   PyObject* rw = std::exchange(r->receive_waiter, nullptr);
   PyObject* sw = std::exchange(r->send_waiter, nullptr);
   PyObject* hdr = std::exchange(r->start_headers, nullptr);
+  Py_CLEAR(r->gated);  // a send held by the staging gate (the queue drops r later)
   delete std::exchange(r->body, nullptr);
   if (r->ws != nullptr) {
     r->ws->inbox.clear();

@@ -176,6 +176,11 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     PyErr_SetString(PyExc_RuntimeError, "'http.response.body' sent before 'http.response.start'");
     return nullptr;
   }
+  if (!gate_open()) {  // bridge_gate.cpp: the pair has its staged_budget staged
+    if (PyObject* fut = wait_for_gate(r, message); fut != nullptr || PyErr_Occurred()) {
+      return fut;
+    }
+  }
   PyObject* body = get_item(message, n_.body);
   if (body == nullptr && PyErr_Occurred()) {
     return nullptr;
@@ -254,7 +259,7 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     o.status = with_head ? static_cast<std::uint16_t>(r->status) : std::uint16_t{0};
     if (cs != nullptr) {
       set_staged(*cs, cs->sent_since_notice + out.size());
-      if (over_staged(*cs) && !cs->waiting_drain) {
+      if (over_staged(*cs, !more) && !cs->waiting_drain) {
         cs->waiting_drain = true;
         o.notify_drained = true;
       }

@@ -79,6 +79,7 @@ int request_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(r->receive_waiter);
   Py_VISIT(r->send_waiter);
   Py_VISIT(r->start_headers);
+  Py_VISIT(r->gated);
   return 0;
 }
 
@@ -88,6 +89,7 @@ int request_clear(PyObject* self) {
   Py_CLEAR(r->receive_waiter);
   Py_CLEAR(r->send_waiter);
   Py_CLEAR(r->start_headers);
+  Py_CLEAR(r->gated);
   return 0;
 }
 

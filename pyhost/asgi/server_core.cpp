@@ -395,6 +395,7 @@ class server_core {
       d["eager_completed"] = b.eager_completed;
       d["app_errors"] = b.app_errors;
       d["drain_waits"] = b.drain_waits;
+      d["gate_waits"] = b.gate_waits;
       d["app_passes_with_work"] = b.passes_with_work;
       d["active_tasks"] = bridge_->active_tasks();
     }

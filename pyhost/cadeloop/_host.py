@@ -36,8 +36,8 @@ from ._workers import ProcessSupervisor
 
 __all__ = ["SERVING_PROCESSES", "HostSupervisor", "split_pairs"]
 
-#: Serving processes the sub-interpreter pairs are spread over (fewer with fewer pairs). Two: a
-#: crash takes half the pairs and the other half keeps the port answering while it restarts.
+#: The default of the serving_processes setting (fewer with fewer pairs). Two: a crash takes
+#: half the pairs and the other half keeps the port answering while it restarts.
 SERVING_PROCESSES = 2
 
 
@@ -187,7 +187,7 @@ class HostSupervisor(ProcessSupervisor):
                      "; ".join(_describe_group(g) for g in self.groups))
         # The line as the one-process mode wrote it (scripts and tests wait for it).
         logger.info("listening on %s://%s (%d core pairs, isolation %s, pid %d)",
-                    "https" if self.config.ssl_certfile else "http", described, live, self.isolation, os.getpid())
+                    self.config.scheme(), described, live, self.isolation, os.getpid())
 
     def worker_main(self, index: int, status_w: int, control_r: int) -> int:
         """The serving process: the pairs of group `index` as sub-interpreters. Returns the exit code."""

@@ -320,6 +320,7 @@ class PairServer:
         self.endpoint: Any = None
         self._stopping = False
         self._cut = False  # a second signal (or stop level 2) cut the drain short
+        self._drain_delay: asyncio.TimerHandle | None = None  # the drain's start while drain_delay runs
         self._stop_source_closed = False
         self._stopped: asyncio.Future[None] | None = None
         #: The pair served its limit_max_requests and drained to be replaced (its supervisor starts another).
@@ -377,6 +378,29 @@ class PairServer:
             logger.info("%s again: cutting the drain short", signal.Signals(signum).name)
             self._cut_short()
             return
+        if self._drain_delay is not None:
+            # A second signal during drain_delay: the drain begins now, cut short.
+            logger.info("%s again: cutting the drain short", signal.Signals(signum).name)
+            self._end_drain_delay()
+            self._cut_short()
+            return
+        delay = self.config.drain_delay
+        if delay > 0 and self.stop_source is None and self.core is not None:
+            # drain_delay: /readyz says 503 while the listener still accepts and requests are
+            # served, so a load balancer's health check takes this instance out first.
+            if self.endpoint is not None:
+                self.endpoint.set_draining()
+            logger.info("%s: /readyz answers 503; serving on for drain_delay %gs, then shutting down",
+                        signal.Signals(signum).name, delay)
+            self._drain_delay = asyncio.get_running_loop().call_later(delay, self._end_drain_delay)
+            return
+        self.request_stop()
+
+    def _end_drain_delay(self) -> None:
+        """drain_delay is over (or a second signal cut it): the drain begins. Loop thread."""
+        if self._drain_delay is not None:
+            self._drain_delay.cancel()
+            self._drain_delay = None
         self.request_stop()
 
     def pair_address(self, description: str) -> str:
@@ -484,7 +508,7 @@ class PairServer:
             if self.pair is None:
                 # "http://unix:/run/app.sock" for a Unix socket, as uvicorn and curl --unix-socket users read it.
                 logger.info("listening on %s://%s (1 core pair, pid %d)",
-                            "https" if self.config.ssl_certfile else "http", core.description, os.getpid())
+                            self.config.scheme(), core.description, os.getpid())
             else:
                 logger.info("serving on %s (pid %d)", self.pair_address(core.description), os.getpid())
             if self.on_listening is not None:

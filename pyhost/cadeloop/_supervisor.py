@@ -117,6 +117,8 @@ class Supervisor:
         self.restarts = 0
         #: Pairs whose interpreter could not be ended (sub-interpreters only): the process must not finalize.
         self.left_alive = 0
+        #: When the drain begins after a first signal with drain_delay (time.monotonic()), else None.
+        self.drain_at: float | None = None
 
     def stats_by_pair(self) -> dict[int, list[dict[str, Any]]]:
         """Each pair's counters at exit, one dict per worker or interpreter it ran in."""
@@ -142,7 +144,18 @@ class Supervisor:
         if signum == signal.SIGHUP and getattr(self.config, "ssl_certfile", None) is not None:
             self.reload_tls()  # with TLS on, SIGHUP re-reads the certificate (docs/operations.md)
             return
-        if self.stop_level == 0:
+        if self.stop_level == 0 and self.drain_at is not None:
+            # A second signal during drain_delay: no delay left, and the drain is cut short too.
+            logger.info("%s again: cutting the drain short", name)
+            self.drain_at = None
+            self.request_stop(2)
+        elif self.stop_level == 0 and self.config.drain_delay > 0:
+            self.drain_at = time.monotonic() + self.config.drain_delay
+            if self.endpoint is not None:
+                self.endpoint.set_draining()  # /readyz says 503 while every pair still serves
+            logger.info("%s: /readyz answers 503; serving on for drain_delay %gs, then shutting down", name,
+                        self.config.drain_delay)
+        elif self.stop_level == 0:
             logger.info("%s: shutting down %d core pairs: finishing requests in flight (grace %gs)",
                         name, len(self.region), self.config.grace)
             self.request_stop(1)
@@ -226,6 +239,11 @@ class Supervisor:
                 self.start_pair(pair)
             while any(p.running or p.restart_at is not None for p in self.pairs):
                 now = time.monotonic()
+                if self.drain_at is not None and now >= self.drain_at:
+                    self.drain_at = None
+                    logger.info("drain_delay over: shutting down %d core pairs: finishing requests in flight "
+                                "(grace %gs)", len(self.region), self.config.grace)
+                    self.request_stop(1)
                 for pair in self.pairs:
                     if pair.restart_at is not None and now >= pair.restart_at and not self.stop_level:
                         pair.restart_at = None
@@ -261,4 +279,4 @@ class Supervisor:
         live = [p for p in self.pairs if not p.given_up]
         described = dataclasses.replace(self.config, port=self.port).describe_listen()
         logger.info("listening on %s://%s (%d core pairs, isolation %s, pid %d)",
-                    "https" if self.config.ssl_certfile else "http", described, len(live), self.isolation, os.getpid())
+                    self.config.scheme(), described, len(live), self.isolation, os.getpid())

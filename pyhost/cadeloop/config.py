@@ -131,6 +131,10 @@ class _ConfigMethods:
         """
         return _core.core_options(self.table_values())
 
+    def scheme(self) -> str:
+        """"https" with TLS on (ssl_certfile given), else "http": what the "listening on" lines show."""
+        return "https" if getattr(self, "ssl_certfile") else "http"
+
     def describe_listen(self) -> str:
         uds, fd = getattr(self, "uds"), getattr(self, "fd")
         if uds is not None:
@@ -406,6 +410,7 @@ def stub() -> str:
         "    def check(self) -> None: ...",
         "    def table_values(self) -> dict[str, Any]: ...",
         "    def core_options(self) -> dict[str, Any]: ...",
+        "    def scheme(self) -> str: ...",
         "    def describe_listen(self) -> str: ...",
         "    @classmethod",
         "    def from_env(cls, prefix: str = ..., environ: Mapping[str, str] | None = ...) -> Config: ...",

@@ -38,6 +38,7 @@ class Config:
     cores: int  # core pairs to run; 0 for one per usable CPU
     isolation: str  # where each pair's interpreter lives: auto, subinterpreters (own GIL, 3.12+) or processes
     pin: bool  # tie each pair's two threads to one CPU set
+    serving_processes: int  # serving processes the sub-interpreter pairs are spread over (under one parent that keeps the sockets): a crash takes only its process's pairs; at most one per pair
     max_body: int | str | None  # largest request body (413 above)
     max_url: int | str  # longest request target (414 above)
     max_header_bytes: int | str  # largest request head (431 above)
@@ -55,6 +56,7 @@ class Config:
     body_min_rate: int | str  # slowest average request body rate accepted once body_timeout has passed since the body was first awaited (0: no minimum)
     write_timeout: float | str  # time without writing a byte of pending response output before the connection closes (the app's send() sees the disconnect)
     stuck_timeout: float | str  # an app thread that makes no progress this long while it has work marks its pair stuck: the pair stops accepting, its Python stack is logged, a stuck worker process is killed and restarted (0: no watchdog)
+    drain_delay: float | str  # after the first SIGTERM/SIGINT, time during which /readyz answers 503 while the listener keeps accepting and requests are served, so a load balancer's health check takes the instance out before the drain closes anything (a second signal skips it)
     body_window: int | str  # request body bytes handed to the app and not yet read before reading pauses
     send_high_mark: int | str  # response bytes per connection after which send() waits for the client
     drain_low_mark: int | str  # unsent response bytes per connection at or below which a waiting send() resumes
@@ -111,6 +113,7 @@ class Config:
         cores: int = 1,
         isolation: str = 'auto',
         pin: bool = False,
+        serving_processes: int = 2,
         max_body: int | str | None = 1073741824,
         max_url: int | str = 8192,
         max_header_bytes: int | str = 65536,
@@ -128,6 +131,7 @@ class Config:
         body_min_rate: int | str = 240,
         write_timeout: float | str = 30.0,
         stuck_timeout: float | str = 10.0,
+        drain_delay: float | str = 0.0,
         body_window: int | str = 262144,
         send_high_mark: int | str = 1048576,
         drain_low_mark: int | str = 65536,
@@ -162,6 +166,7 @@ class Config:
     def check(self) -> None: ...
     def table_values(self) -> dict[str, Any]: ...
     def core_options(self) -> dict[str, Any]: ...
+    def scheme(self) -> str: ...
     def describe_listen(self) -> str: ...
     @classmethod
     def from_env(cls, prefix: str = ..., environ: Mapping[str, str] | None = ...) -> Config: ...

@@ -21,7 +21,7 @@ from . import _core
 from ._cpus import pin_sets, resolve_cores
 from ._dropin import apply_log_config, load_env_file
 from ._errors import AppLoadError, ClientDisconnected, StartupError
-from ._host import SERVING_PROCESSES, HostSupervisor, split_pairs
+from ._host import HostSupervisor, split_pairs
 from ._limits import raise_fd_limit
 from ._log import apply_log_level, configure_logging, error_logger, logger
 from ._pair import PairServer, bind_reuseport, current_pair, load_app
@@ -104,7 +104,7 @@ def run_server(config: Config, app: Any = None) -> dict[str, Any]:
     else:
         # Sub-interpreter pairs run in two serving processes under this one, which keeps the
         # listening sockets and restarts a serving process a pair crashed (cadeloop._host).
-        supervisor = HostSupervisor(config, n, port, reserved, split_pairs(n, SERVING_PROCESSES))
+        supervisor = HostSupervisor(config, n, port, reserved, split_pairs(n, config.serving_processes))
     supervisor.run()
     if config.access_log:
         _core.flush_access_logs(max(config.grace, 1.0))

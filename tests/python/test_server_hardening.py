@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import stat
 import subprocess
@@ -216,27 +217,84 @@ def test_the_memory_budget_bounds_unsent_bytes_and_rss_and_cuts_the_slowest(tmp_
         assert srv.stop() == 0
 
 
+def held_upload(port: int, size: int) -> socket.socket:
+    """A POST whose app answers after 3 s without reading its body: the body sits unread in the server."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(f"POST /hold?s=3 HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode())
+    s.sendall(b"u" * size)
+    return s
+
+
 def test_requests_over_the_memory_budget_get_503(tmp_path: Path) -> None:
-    srv = ServerProcess("hostile_app:app", "--memory-budget", "1MiB", "--send-high-mark", "16MiB",
-                        "--write-timeout", "30", "--stats-port", "0", tmp=tmp_path).start()
+    # Body bytes the app has not read count against the budget and are never cut (only unsent
+    # output is): 8 uploads of 256 KiB (body_window) each keep the pair over a 1 MiB budget until
+    # their app answers them, 3 s later. Meanwhile every new request gets 503 and a close.
+    srv = ServerProcess("hostile_app:app", "--memory-budget", "1MiB", "--body-window", "256KiB",
+                        "--stats-port", "0", tmp=tmp_path).start()
     try:
-        # One reader that reads nothing holds far more than 1 MiB: it is the slowest and is cut,
-        # but while its bytes arrive the pair is over budget; a second one keeps it there.
-        holders = [slow_reader(srv.port, 64) for _ in range(2)]
-        seen = set()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and 503 not in seen:
-            seen.add(get(srv.port, "/hello")[0])
-            holders.append(slow_reader(srv.port, 64))
-        stats = stats_of(srv)
-        assert stats["budget_cuts"] >= 1
-        for s in holders:
+        assert get(srv.port, "/hello") == (200, b"hello")
+        uploads = [held_upload(srv.port, 256 << 10) for _ in range(8)]
+        wait_for(lambda: get(srv.port, "/hello")[0] == 503, timeout=2)
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
+            s.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")  # keep-alive asked: closed anyway
+            f = s.makefile("rb")
+            status, headers, _ = read_response(f)
+            assert status == 503
+            assert headers.get("connection") == "close"
+            assert f.read() == b""
+        assert stats_of(srv)["budget_refusals"] >= 2
+        for s in uploads:  # the app answers each after 3 s: the bytes leave the budget
+            s.settimeout(10)
+            assert read_response(s.makefile("rb"))[0] == 200
             s.close()
-        assert seen <= {200, 503}
-        if 503 in seen:
-            assert stats_of(srv)["budget_refusals"] >= 1
+        assert get(srv.port, "/hello") == (200, b"hello")
     finally:
         assert srv.stop() == 0
+
+
+# ---------------------------------------------------------------- drain delay
+
+
+def readyz(stats_port: int) -> int:
+    try:
+        return httpx.get(f"http://127.0.0.1:{stats_port}/readyz", timeout=2).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+@pytest.mark.parametrize("cores", ["1", "2"])
+def test_drain_delay_serves_on_while_readyz_says_503(tmp_path: Path, cores: str) -> None:
+    srv = ServerProcess("hostile_app:app", "--drain-delay", "3", "--cores", cores, "--stats-port", "0",
+                        tmp=tmp_path).start()
+    stats_port = int(srv.wait_log(STATS.pattern).group(1))
+    assert readyz(stats_port) == 200
+    assert srv.proc is not None
+    srv.proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    wait_for(lambda: readyz(stats_port) == 503, timeout=1)
+    # The load balancer has not taken the instance out yet: new connections, and requests on a
+    # kept-alive one, are still served during the delay.
+    with httpx.Client(base_url=srv.url, timeout=5) as client:
+        for _ in range(3):
+            r = client.post("/upload", content=b"abc")
+            assert (r.status_code, r.content) == (200, b"got 3")
+            assert get(srv.port, "/hello") == (200, b"hello")
+    srv.proc.wait(15)
+    assert time.monotonic() - signalled >= 3
+    assert srv.stop() == 0  # it exited by itself: only its code is read
+    assert "drain_delay" in srv.log()
+
+
+def test_a_second_signal_cuts_the_drain_delay_short(tmp_path: Path) -> None:
+    srv = ServerProcess("hostile_app:app", "--drain-delay", "60", tmp=tmp_path).start()
+    assert srv.proc is not None
+    srv.proc.send_signal(signal.SIGTERM)
+    srv.wait_log("drain_delay")
+    signalled = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    srv.proc.wait(15)
+    assert time.monotonic() - signalled < 10
+    assert srv.stop() == 0
 
 
 # ---------------------------------------------------------------- protocol strictness

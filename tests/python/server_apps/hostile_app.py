@@ -1,8 +1,11 @@
 """An app for the slow- and hostile-client tests: uploads, big streamed responses, the Host it sees."""
 
+import asyncio
 import json
+from urllib.parse import parse_qs
 
 EVENTS: list[str] = []  # what the app saw (read back through /events)
+SHARED_CHUNK = b"x" * 65536  # /big?shared=1 sends this one object (a static asset), not a fresh one per request
 
 
 async def respond(send, body, status=200):
@@ -34,8 +37,9 @@ async def app(scope, receive, send):
                 break
         return await respond(send, b"got %d" % size)
     if path == "/big":
-        mb = int(scope["query_string"].decode().partition("=")[2] or "16")
-        chunk = b"x" * 65536
+        query = parse_qs(scope["query_string"].decode())
+        mb = int(query.get("mb", ["16"])[0])
+        chunk = SHARED_CHUNK if query.get("shared") == ["1"] else b"x" * 65536
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-length", str(mb << 20).encode())]})
         sent = 0
@@ -47,6 +51,9 @@ async def app(scope, receive, send):
         except OSError:
             EVENTS.append("big: gone")
         return
+    if path == "/hold":  # answers after ?s= seconds without reading the request body
+        await asyncio.sleep(float(parse_qs(scope["query_string"].decode()).get("s", ["3"])[0]))
+        return await respond(send, b"held")
     if path == "/host":
         hosts = [v.decode("latin-1") for k, v in scope["headers"] if k == b"host"]
         return await respond(send, json.dumps({"host": hosts, "server": scope.get("server")}).encode())

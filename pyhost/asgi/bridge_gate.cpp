@@ -1,0 +1,119 @@
+// The pair's staging gate: with staged_budget bytes staged (copied for the
+// I/O thread and not yet known to be written), a send() of a body part
+// bigger than gate_pass_size waits before its bytes are copied. Many slow
+// readers then cost the server nothing beyond the budget: each waiting send
+// holds only a reference to the app's message, whose bytes the app holds
+// anyway. Held messages are staged in arrival order once disconnects and
+// drained notices bring the total back under the budget (checked after each
+// pass over the inbound messages). Small parts pass, so a short response is
+// never held behind slow readers.
+#include <utility>
+
+#include "asgi/request_type.hpp"
+
+namespace cadeloop::pyhost::server {
+
+namespace {
+
+/// The exception being raised, normalized and cleared (a new reference).
+PyObject* take_exception() {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyErr_GetRaisedException();
+#else
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* tb = nullptr;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != nullptr && tb != nullptr) {
+    PyException_SetTraceback(value, tb);
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  return value;
+#endif
+}
+
+}  // namespace
+
+PyObject* bridge::wait_for_gate(request_object* r, PyObject* message) {
+  PyObject* body = PyDict_GetItemWithError(message, n_.body);
+  if (body == nullptr) {
+    return nullptr;  // no body (passes) or an error send_body reports
+  }
+  const Py_ssize_t size = PyObject_Length(body);
+  if (size < 0) {
+    PyErr_Clear();  // not a buffer: send_body names the type
+    return nullptr;
+  }
+  if (size <= gate_pass_size) {
+    return nullptr;
+  }
+  if (r->gated != nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "send() called before an earlier send() was awaited");
+    return nullptr;
+  }
+  PyObject* held = PyDict_Copy(message);  // the app may reuse its dict once send() returned
+  if (held == nullptr) {
+    return nullptr;
+  }
+  PyObject* fut = PyObject_CallNoArgs(create_future_);
+  if (fut == nullptr) {
+    Py_DECREF(held);
+    return nullptr;
+  }
+  try {
+    gated_.push_back(r);
+  } catch (const std::bad_alloc&) {
+    Py_DECREF(held);
+    Py_DECREF(fut);
+    return PyErr_NoMemory();
+  }
+  Py_INCREF(r);
+  r->gated = held;
+  Py_XSETREF(r->send_waiter, Py_NewRef(fut));
+  ++stats_.gate_waits;
+  return fut;
+}
+
+void bridge::release_gate() {
+  while (!gated_.empty() && staged_total_ < options_.staged_budget) {
+    request_object* r = gated_.front();
+    gated_.pop_front();
+    PyObject* message = std::exchange(r->gated, nullptr);
+    if (message != nullptr && r->owner == this && !r->disconnected && !r->finished) {
+      PyObject* fut = std::exchange(r->send_waiter, nullptr);
+      releasing_gate_ = true;
+      PyObject* res = send_body(r, message);
+      releasing_gate_ = false;
+      if (res == nullptr) {
+        PyObject* exc = take_exception();
+        if (exc != nullptr) {
+          resolve(fut, exc, true);
+        }
+        Py_XDECREF(fut);  // resolve() took it unless there was no exception
+      } else if (res == none_ready_) {
+        Py_DECREF(res);
+        resolve(fut, Py_NewRef(Py_None), false);
+      } else {
+        // The part is staged and the connection passed its high mark: the app,
+        // which awaits fut, now waits for "drained" on it instead.
+        Py_DECREF(res);
+        Py_XSETREF(r->send_waiter, fut);
+      }
+    }
+    Py_XDECREF(message);
+    Py_DECREF(r);
+  }
+}
+
+void bridge::drop_gate() noexcept {
+  std::deque<request_object*> held = std::move(gated_);
+  gated_.clear();
+  for (request_object* r : held) {
+    Py_CLEAR(r->gated);
+    Py_DECREF(r);
+  }
+}
+
+}  // namespace cadeloop::pyhost::server
