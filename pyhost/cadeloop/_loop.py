@@ -6,7 +6,8 @@ call_soon/call_later/call_at/call_soon_threadsafe, run_forever's loop of
 passes, and the hot half of the TCP/Unix socket transports) and from asyncio's
 own selector event loop, whose Python code supplies what is not hot yet: the
 set-up and clean-up of run_forever, run_until_complete, tasks and futures, the exception handler, executors and DNS, sock_* methods,
-the accept path of servers, UDP and pipe transports, signals, subprocesses and
+the accept path of servers, the cold paths of UDP transports (their reads and
+ordinary sends are C++), pipe transports, signals, subprocesses and
 TLS (asyncio's SSL protocol over cadeloop's socket transports).
 """
 
@@ -293,6 +294,50 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
             self._empty_waiter.set_exception(exc)
 
 
+# --- datagram transports (UDP) -----------------------------------------------------
+
+
+# Whether asyncio's _make_datagram_transport refuses an fd another transport uses.
+_DATAGRAM_CHECKS_FD = "_ensure_fd_no_transport" in selector_events.BaseSelectorEventLoop._make_datagram_transport.__code__.co_names
+
+
+class _DatagramTransport(selector_events._SelectorDatagramTransport):  # type: ignore[misc,name-defined]
+    """A UDP transport whose reads and ordinary sends are C++.
+
+    `_core` (`_core.DatagramTransportCore`) is the fd's reader (one recvfrom
+    per readiness event, straight to datagram_received or error_received) and
+    the transport's sendto (one send now when nothing is queued; everything
+    else goes to asyncio's sendto, `_cadeloop_sendto`). The rest is asyncio's
+    selector datagram transport. Loop thread only.
+    """
+
+    _conn_lost = _core_field("conn_lost", "connection_lost is scheduled (count of lost writes)")
+
+    def __init__(self, loop: Loop, sock: socket.socket, protocol: Any, address: Any = None,
+                 waiter: Any = None, extra: Any = None) -> None:
+        core = _core.DatagramTransportCore(loop, self, sock.fileno(), sock.family, self.max_size)
+        self._core = core
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            # asyncio's __init__ registers self._read_ready as the fd's reader.
+            self._read_ready = core.read_ready
+        self.sendto = core.sendto
+        super().__init__(loop, sock, protocol, address, waiter, extra)
+        core.attach(self._buffer, self._address, self._extra.get("peername"))
+
+    def set_protocol(self, protocol: Any) -> None:
+        super().set_protocol(protocol)
+        self._core.set_protocol(protocol)
+
+    def _cadeloop_sendto(self, *args: Any, **kwargs: Any) -> None:
+        selector_events._SelectorDatagramTransport.sendto(self, *args, **kwargs)
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            super()._call_connection_lost(exc)
+        finally:
+            self._core.release()
+
+
 # --- the loop ---------------------------------------------------------------------
 
 
@@ -393,6 +438,12 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
     def _make_socket_transport(self, sock: socket.socket, protocol: Any, waiter: Any = None, *,
                                extra: Any = None, server: Any = None) -> _SocketTransport:
         return _SocketTransport(self, sock, protocol, waiter, extra, server)
+
+    def _make_datagram_transport(self, sock: socket.socket, protocol: Any, address: Any = None,
+                                 waiter: Any = None, extra: Any = None) -> _DatagramTransport:
+        if _DATAGRAM_CHECKS_FD:  # as asyncio's own: newer versions check the fd here
+            self._ensure_fd_no_transport(sock)
+        return _DatagramTransport(self, sock, protocol, address, waiter, extra)
 
     def close(self) -> None:
         if self.is_running():

@@ -375,7 +375,8 @@ void register_loop(pybind11::module_& m) {
   PyObject* timer_type = nullptr;
   PyObject* transport_type = nullptr;
   if (loop::add_handle_types(module, &handle_type, &timer_type) < 0 ||
-      loop::add_transport_type(module, &transport_type) < 0) {
+      loop::add_transport_type(module, &transport_type) < 0 ||
+      loop::add_datagram_type(module) < 0) {
     Py_XDECREF(handle_type);
     Py_XDECREF(timer_type);
     Py_XDECREF(transport_type);

@@ -11,6 +11,7 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -105,13 +106,19 @@ struct transport_object {
 };
 
 /// The loop's state. Owned by its LoopCore object, touched only by the thread
-/// running the loop, except `xthread` and `parker` (call_soon_threadsafe).
+/// running the loop, except `xthread` and `parker` (C++ producers), and
+/// `ready` and `ready_pushed`, which call_soon_threadsafe appends to from
+/// other threads while holding the GIL the loop thread needs to touch them.
 struct loop_state {
   loop_state();
 
   runtime::poller poller;
   runtime::parker parker;
   runtime::xthread_queue<PyObject*> xthread;  // handles, strong references
+  // Set by call_soon_threadsafe when it queued onto `ready` directly (its
+  // caller holds this interpreter's GIL): what a spin, which runs without
+  // the GIL, watches besides `xthread`.
+  std::atomic<bool> ready_pushed{false};
   std::deque<PyObject*> ready;                // handles, strong references
   runtime::timer_heap<timer_handle_object> timers;  // each holds a reference
   std::vector<fd_entry> fds;                  // indexed by fd number
@@ -192,6 +199,10 @@ void unschedule_timer(timer_handle_object* t);
 /// Creates the SocketTransportCore type for this interpreter and adds it to
 /// `module`. Returns -1 with an exception set on failure.
 int add_transport_type(PyObject* module, PyObject** transport_type);
+
+/// Creates the DatagramTransportCore type (loop_datagram.cpp) for this
+/// interpreter and adds it to `module`. Returns -1 with an exception set.
+int add_datagram_type(PyObject* module);
 
 /// A new transport core for `fd`, owned by the Python transport `owner`,
 /// entered in the loop's fd table (with no interest yet). New reference.

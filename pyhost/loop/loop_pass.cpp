@@ -98,8 +98,9 @@ int spin(loop_state& st, int timeout_ms) {
                                  timeout_ms < 0 ? max_poll_seconds : timeout_ms * 1e-3);
   const double deadline = monotonic_now() + budget;
   int found = 0;
+  st.ready_pushed.store(false, std::memory_order_relaxed);
   Py_BEGIN_ALLOW_THREADS for (unsigned i = 0;; ++i) {
-    if (!st.xthread.empty()) {
+    if (!st.xthread.empty() || st.ready_pushed.load(std::memory_order_acquire)) {
       found = -1;
       break;
     }

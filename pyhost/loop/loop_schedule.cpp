@@ -1,5 +1,6 @@
 // LoopCore's scheduling API: call_soon, call_soon_threadsafe (the one
-// cross-thread entry: the queue plus a wake-up only when the loop is parked),
+// cross-thread entry: the ready queue under the GIL plus a wake-up only when
+// the loop is parked),
 // call_later/call_at on the timer heap, time(), create_future/create_task,
 // and the handles asyncio's own code hands in (_add_callback,
 // _timer_handle_cancelled). make_handle() lives here, beside call_soon, its
@@ -198,6 +199,15 @@ PyObject* loop_call_soon_threadsafe(PyObject* self, PyObject* const* args, Py_ss
   if (h == nullptr) {
     return nullptr;
   }
+#ifndef Py_GIL_DISABLED
+  // The caller holds this interpreter's GIL, and the loop thread touches the
+  // ready queue only while it holds the same GIL: the handle goes straight
+  // onto the ready queue (after what C++ producers queued), with no node to
+  // allocate, no atomic exchange and no drain. A pass already running leaves
+  // it to the next pass, as it counted its callbacks when it began.
+  push_ready(st, Py_NewRef(h));
+  st.ready_pushed.store(true, std::memory_order_release);
+#else
   try {
     st.xthread.push(Py_NewRef(h));
   } catch (const std::bad_alloc&) {
@@ -205,6 +215,7 @@ PyObject* loop_call_soon_threadsafe(PyObject* self, PyObject* const* args, Py_ss
     Py_DECREF(h);
     return PyErr_NoMemory();
   }
+#endif
   // Check before park, producer side: a system call only if the loop sleeps.
   // When it does, the GIL is let go around the write (as socket.send does in
   // asyncio's self-pipe wake): the woken loop thread needs the GIL at once,

@@ -564,3 +564,221 @@ def udp_scenario(out_port: list[int]) -> Scenario:
 def test_udp_endpoint_arguments_and_sendto_as_asyncio() -> None:
     expected = assert_same_as_asyncio(udp_scenario([]))
     assert ("datagram_received", b"reply", "udp connected") in expected
+
+
+class DatagramRecorder(asyncio.DatagramProtocol):
+    """Records each datagram callback with the context variable inside it.
+
+    Each read sets the variable to '<name>:read <n>', which the next read of
+    the same endpoint sees in asyncio (the reader's context lives on).
+    """
+
+    def __init__(self, name: str, out: list[Any], clean: Callable[[Any], Any]) -> None:
+        self.name = name
+        self.out = out
+        self.clean = clean
+        self.reads = 0
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: Any) -> None:
+        self.out.append((self.name, "connection_made", var.get()))
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.reads += 1
+        self.out.append((self.name, "datagram_received", data, self.clean(addr), var.get()))
+        var.set(f"{self.name}:read {self.reads}")
+
+    def error_received(self, exc: Exception) -> None:
+        self.out.append((self.name, "error_received", type(exc).__name__, exc.errno, var.get()))
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.out.append((self.name, "connection_lost", type(exc).__name__, var.get()))
+        self.lost.set_result(None)
+
+
+async def _udp_echo_rounds(loop: Any, out: list[Any], family: int, host: str) -> None:
+    """An echo server and a connected client: addresses, contexts, set_protocol, close."""
+    ports: list[int] = []
+
+    def clean(addr: Any) -> Any:
+        if isinstance(addr, tuple):
+            return tuple("PORT" if (i == 1 and v in ports) else v for i, v in enumerate(addr))
+        return addr
+
+    class Echo(DatagramRecorder):
+        def datagram_received(self, data: bytes, addr: Any) -> None:
+            super().datagram_received(data, addr)
+            self.transport.sendto(data.upper(), addr)
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.transport = transport
+
+    var.set(f"{host} server")
+    server, server_p = await loop.create_datagram_endpoint(
+        lambda: Echo("server", out, clean), local_addr=(host, 0), family=family
+    )
+    ports.append(server.get_extra_info("sockname")[1])
+    var.set(f"{host} client")
+    client, client_p = await loop.create_datagram_endpoint(
+        lambda: DatagramRecorder("client", out, clean), remote_addr=(host, ports[0]), family=family
+    )
+    ports.append(client.get_extra_info("sockname")[1])
+    out.append(("client peername", clean(client.get_extra_info("peername"))))
+    for i, data in enumerate((b"one", bytearray(b"two"), memoryview(b"three"))):
+        var.set(f"main {i}")
+        client.sendto(data)
+        for _ in range(200):
+            await asyncio.sleep(0.001)
+            if client_p.reads > i:
+                break
+    # A new protocol gets the datagrams from now on, in the reader's context.
+    other = DatagramRecorder("client 2", out, clean)
+    client.set_protocol(other)
+    var.set("main 3")
+    for addr in ((host, ports[0]), client.get_extra_info("peername")):
+        try:
+            client.sendto(b"four", addr)
+            out.append(("sendto", clean(addr), "ok"))
+        except ValueError as exc:  # asyncio keeps an IPv6 remote_addr as a 4-tuple
+            out.append(("sendto", clean(addr), "ValueError", str(exc).replace(str(ports[0]), "PORT")))
+    for _ in range(200):
+        await asyncio.sleep(0.001)
+        if other.reads:
+            break
+    var.set("main close")
+    client.close()
+    server.close()
+    await asyncio.wait_for(asyncio.gather(other.lost, server_p.lost), 10)
+    out.append(("main after", var.get()))
+
+
+def udp_echo_scenario(family: int, host: str) -> Scenario:
+    async def scenario(out: list[Any]) -> None:
+        await _udp_echo_rounds(asyncio.get_running_loop(), out, family, host)
+
+    return scenario
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
+def test_datagram_callbacks_addresses_and_contexts_as_asyncio(family: str) -> None:
+    if family == "ipv6" and not socket.has_ipv6:
+        pytest.skip("no IPv6 on this host (same for asyncio)")
+    fam, host = (socket.AF_INET, "127.0.0.1") if family == "ipv4" else (socket.AF_INET6, "::1")
+    expected = assert_same_as_asyncio(udp_echo_scenario(fam, host))
+    server = (host, "PORT") if family == "ipv4" else (host, "PORT", 0, 0)
+    # What asyncio does, spelled out once: reads run in the reader's context,
+    # which keeps what the previous read set.
+    assert ("client", "datagram_received", b"ONE", server, f"{host} client") in expected
+    assert ("client", "datagram_received", b"TWO", server, "client:read 1") in expected
+    assert ("client 2", "datagram_received", b"FOUR", server, "client:read 3") in expected
+
+
+def udp_refused_scenario() -> Scenario:
+    async def scenario(out: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        gone = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        gone.bind(("127.0.0.1", 0))
+        port = gone.getsockname()[1]
+        gone.close()  # nothing listens there now: the kernel answers with ICMP port unreachable
+
+        def clean(addr: Any) -> Any:
+            return addr
+
+        var.set("refused connected")
+        t, p = await loop.create_datagram_endpoint(
+            lambda: DatagramRecorder("connected", out, clean), remote_addr=("127.0.0.1", port)
+        )
+        var.set("main send 1")
+        t.sendto(b"a")
+        # The refusal arrives as a socket error: reported by the read path.
+        await asyncio.sleep(0.05)
+        var.set("main send 2")
+        t.sendto(b"b")
+        # Reported by the next send when no read came first.
+        t.sendto(b"c")
+        t.sendto(b"d")
+        await asyncio.sleep(0.05)
+        var.set("unconnected")
+        u, _ = await loop.create_datagram_endpoint(
+            lambda: DatagramRecorder("unconnected", out, clean), local_addr=("127.0.0.1", 0)
+        )
+        var.set("main send 3")
+        u.sendto(b"e", ("127.0.0.1", port))
+        await asyncio.sleep(0.05)
+        u.sendto(b"f", ("127.0.0.1", port))
+        await asyncio.sleep(0.01)
+        t.abort()
+        u.close()
+        await asyncio.wait_for(p.lost, 10)
+        await asyncio.sleep(0.01)
+
+    return scenario
+
+
+def test_datagram_error_received_on_icmp_refused_as_asyncio() -> None:
+    expected = assert_same_as_asyncio(udp_refused_scenario())
+    assert ("connected", "error_received", "ConnectionRefusedError", 111, "refused connected") in expected
+
+
+def udp_pending_close_scenario() -> Scenario:
+    """Sends that would block are queued; close() waits for them to go out."""
+
+    async def scenario(out: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        tmp = tempfile.mkdtemp()
+        path = os.path.join(tmp, "peer")
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        peer.bind(path)
+        peer.setblocking(False)
+        var.set("unix client")
+        t, p = await loop.create_datagram_endpoint(
+            lambda: DatagramRecorder("client", out, lambda a: a), remote_addr=path, family=socket.AF_UNIX
+        )
+        var.set("main fill")
+        sent = 0
+        # The peer does not read: its queue fills and sends start to wait.
+        while t.get_write_buffer_size() == 0 and sent < 100_000:
+            t.sendto(b"%06d" % sent + b"." * 994)
+            sent += 1
+        queued_after = sent
+        for _ in range(5):
+            t.sendto(b"%06d" % sent + b"." * 994)
+            sent += 1
+        out.append(("buffered", t.get_write_buffer_size() > 0, t.is_closing()))
+        var.set("main close")
+        t.close()
+        out.append(("after close", t.is_closing(), t.get_write_buffer_size() > 0, p.lost.done()))
+        try:
+            t.sendto(b"late")
+            out.append(("sendto while closing", "ok"))
+        except Exception as exc:  # noqa: BLE001
+            out.append(("sendto while closing", type(exc).__name__, str(exc)))
+        sent += 1
+        var.set("main drain")
+        got: list[bytes] = []
+        for _ in range(5000):
+            try:
+                got.append(peer.recv(2000))
+                continue
+            except BlockingIOError:
+                pass
+            if p.lost.done() and len(got) >= sent:
+                break
+            await asyncio.sleep(0.001)
+        out.append(("peer got all, in order", [g[:6] for g in got] == [b"%06d" % i for i in range(sent - 1)] + [b"late"],
+                    len(got) == sent, queued_after > 0))
+        await asyncio.wait_for(p.lost, 10)
+        out.append(("lost", p.lost.done(), t.get_write_buffer_size()))
+        peer.close()
+        shutil.rmtree(tmp)
+
+    return scenario
+
+
+def test_datagram_close_with_pending_sends_as_asyncio() -> None:
+    expected = assert_same_as_asyncio(udp_pending_close_scenario())
+    assert ("buffered", True, False) in expected
+    assert ("peer got all, in order", True, True, True) in expected
+    # connection_lost waits for the queue: in the context of the send that queued first.
+    assert ("client", "connection_lost", "NoneType", "main fill") in expected
