@@ -54,7 +54,7 @@ def start(workdir: Path, tls_args: list[str]) -> tuple[subprocess.Popen[bytes], 
                              "--host", "127.0.0.1", "--port", "0", "--cores", "1",
                              "--max-connections", "100000", "--keepalive-idle", "3600", *tls_args],
                             stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 180  # a loaded machine starts slowly
     while time.monotonic() < deadline:
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", (workdir / log.name).read_text())
         if m:
@@ -99,6 +99,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conns", type=int, default=10000)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
+    ap.add_argument("--name", default="tls-idle-memory", help="results file: OUT/DATE-NAME.md")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -118,7 +119,7 @@ def main() -> int:
     per = (tls_after - tls_before) / args.conns
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = (f"# Idle TLS keep-alive connection memory\n\n"
-            f"Command: `{Path(sys.executable).name} bench/tls/idle_memory.py --conns {args.conns}`  \n"
+            f"Command: `{Path(sys.executable).name} bench/tls/idle_memory.py {' '.join(sys.argv[1:])}`  \n"
             f"Machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}, "
             f"{ssl.OPENSSL_VERSION} (client)  \nDate: {date}\n\n"
             f"Server: `cadeloop --cores 1 --keepalive-idle 3600`, USS = Private_Clean + Private_Dirty "
@@ -127,7 +128,7 @@ def main() -> int:
             f"| {args.conns} | {plain:.2f} | {per:.2f} | {per - plain:.2f} |\n")
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{date[:10]}-tls-idle-memory.md").write_text(text)
+    (args.out / f"{date[:10]}-{args.name}.md").write_text(text)
     return 0
 
 
