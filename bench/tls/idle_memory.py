@@ -56,7 +56,7 @@ def start(workdir: Path, tls_args: list[str]) -> tuple[subprocess.Popen[bytes], 
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180  # a loaded machine starts slowly
     while time.monotonic() < deadline:
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", (workdir / log.name).read_text())
+        m = re.search(r"listening on https?://127\.0\.0\.1:(\d+)", (workdir / log.name).read_text())
         if m:
             return proc, int(m.group(1))
         time.sleep(0.05)
@@ -121,7 +121,8 @@ def main() -> int:
     text = (f"# Idle TLS keep-alive connection memory\n\n"
             f"Command: `{Path(sys.executable).name} bench/tls/idle_memory.py {' '.join(sys.argv[1:])}`  \n"
             f"Machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}, "
-            f"{ssl.OPENSSL_VERSION} (client)  \nDate: {date}\n\n"
+            f"{ssl.OPENSSL_VERSION} (client)  \nDate: {date}; load average at the end: "
+            f"{Path('/proc/loadavg').read_text().split()[0]}\n\n"
             f"Server: `cadeloop --cores 1 --keepalive-idle 3600`, USS = Private_Clean + Private_Dirty "
             f"(/proc/PID/smaps_rollup), after one request per connection and 2 s idle.\n\n"
             f"| connections | plain TCP KiB/conn | TLS KiB/conn | TLS adds KiB/conn |\n|---|---|---|---|\n"
