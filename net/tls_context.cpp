@@ -4,6 +4,8 @@
 
 #include <cadeloop/net/tls_context.hpp>
 
+#include "tls_tickets.hpp"
+
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -139,6 +141,8 @@ ctx_ptr build(const tls_options& o) {
   static constexpr unsigned char sid_context[] = {'c', 'a', 'd', 'e', 'l', 'o', 'o', 'p'};
   SSL_CTX_set_session_id_context(c, sid_context, sizeof sid_context);
   SSL_CTX_set_num_tickets(c, 1);
+  // Tickets open on every pair of the server, with keys that rotate.
+  use_shared_ticket_keys(c, o.ticket_rotation);
   SSL_CTX_set_alpn_select_cb(c, select_alpn, nullptr);
 
   // The certificate chain.
@@ -281,12 +285,9 @@ bool tls_context::reload(std::string& problem) {
     problem = std::string{"TLS reload refused, the old certificate stays: "}.append(e.what());
     return false;
   }
+  // Session tickets issued before the reload stay valid after it: the
+  // ticket keys do not depend on the certificate (tls_tickets.cpp).
   const std::lock_guard lock{mu_};
-  // Session tickets issued before the reload stay valid after it.
-  unsigned char keys[80];
-  if (SSL_CTX_get_tlsext_ticket_keys(ctx_, keys, sizeof keys) == 1) {
-    SSL_CTX_set_tlsext_ticket_keys(fresh.get(), keys, sizeof keys);
-  }
   SSL_CTX_free(ctx_);
   ctx_ = fresh.release();
   ++generation_;

@@ -173,6 +173,7 @@ void each_binding(Settings& s, Bind&& bind) {
   bind(setting_id::ssl_ciphersuites, "pair.server.tls.ciphersuites",
        text_or_none{tls.ciphersuites});
   bind(setting_id::ssl_min_version, "pair.server.tls.min_version", tls.min_version);
+  bind(setting_id::ssl_ticket_rotation, "pair.server.tls.ticket_rotation", tls.ticket_rotation);
   // ---- the pair itself
   bind(setting_id::grace, "pair.grace", s.pair.grace);
   bind(setting_id::io_spin_us, "pair.spin", s.pair.spin);

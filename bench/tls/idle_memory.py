@@ -54,9 +54,9 @@ def start(workdir: Path, tls_args: list[str]) -> tuple[subprocess.Popen[bytes], 
                              "--host", "127.0.0.1", "--port", "0", "--cores", "1",
                              "--max-connections", "100000", "--keepalive-idle", "3600", *tls_args],
                             stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 180  # a loaded machine starts slowly
     while time.monotonic() < deadline:
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", (workdir / log.name).read_text())
+        m = re.search(r"listening on https?://127\.0\.0\.1:(\d+)", (workdir / log.name).read_text())
         if m:
             return proc, int(m.group(1))
         time.sleep(0.05)
@@ -99,6 +99,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conns", type=int, default=10000)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
+    ap.add_argument("--name", default="tls-idle-memory", help="results file: OUT/DATE-NAME.md")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -118,16 +119,17 @@ def main() -> int:
     per = (tls_after - tls_before) / args.conns
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = (f"# Idle TLS keep-alive connection memory\n\n"
-            f"Command: `{Path(sys.executable).name} bench/tls/idle_memory.py --conns {args.conns}`  \n"
+            f"Command: `{Path(sys.executable).name} bench/tls/idle_memory.py {' '.join(sys.argv[1:])}`  \n"
             f"Machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}, "
-            f"{ssl.OPENSSL_VERSION} (client)  \nDate: {date}\n\n"
+            f"{ssl.OPENSSL_VERSION} (client)  \nDate: {date}; load average at the end: "
+            f"{Path('/proc/loadavg').read_text().split()[0]}\n\n"
             f"Server: `cadeloop --cores 1 --keepalive-idle 3600`, USS = Private_Clean + Private_Dirty "
             f"(/proc/PID/smaps_rollup), after one request per connection and 2 s idle.\n\n"
             f"| connections | plain TCP KiB/conn | TLS KiB/conn | TLS adds KiB/conn |\n|---|---|---|---|\n"
             f"| {args.conns} | {plain:.2f} | {per:.2f} | {per - plain:.2f} |\n")
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{date[:10]}-tls-idle-memory.md").write_text(text)
+    (args.out / f"{date[:10]}-{args.name}.md").write_text(text)
     return 0
 
 

@@ -87,6 +87,7 @@ class Config:
     ssl_ciphers: str | None  # TLS 1.2 cipher list in OpenSSL's syntax
     ssl_ciphersuites: str | None  # TLS 1.3 cipher suites, colon-separated (TLS_AES_128_GCM_SHA256:...)
     ssl_min_version: str  # oldest TLS version a client may use: 1.2 or 1.3
+    ssl_ticket_rotation: float | str  # how often the session-ticket key changes (every pair shares it; a ticket resumes for one to two periods)
     def __init__(
         self,
         app: Any = None,
@@ -162,6 +163,7 @@ class Config:
         ssl_ciphers: str | None = None,
         ssl_ciphersuites: str | None = None,
         ssl_min_version: str = '1.2',
+        ssl_ticket_rotation: float | str = 3600.0,
     ) -> None: ...
     def check(self) -> None: ...
     def table_values(self) -> dict[str, Any]: ...

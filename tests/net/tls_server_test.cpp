@@ -389,4 +389,98 @@ TEST_F(tls_server_test, SharedContextReloadedWhileServing) {
   EXPECT_EQ(done.load(), 20);
 }
 
+// Session tickets through two separately built contexts (as two worker
+// processes forked from one supervisor have): a ticket one makes, the other
+// opens. Plain OpenSSL on a socket pair; the test drives both ends.
+struct ticket_pair {
+  SSL* server = nullptr;
+  SSL* client = nullptr;
+  int fds[2]{-1, -1};
+
+  ticket_pair(SSL_CTX* server_ctx, SSL_CTX* client_ctx, SSL_SESSION* resume) {
+    ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds);
+    server = SSL_new(server_ctx);
+    SSL_set_fd(server, fds[0]);
+    SSL_set_accept_state(server);
+    client = SSL_new(client_ctx);
+    SSL_set_fd(client, fds[1]);
+    SSL_set_connect_state(client);
+    if (resume != nullptr) {
+      SSL_set_session(client, resume);
+    }
+  }
+  ~ticket_pair() {
+    (void)SSL_shutdown(client);  // a client freed without it marks its session not resumable
+    ERR_clear_error();
+    SSL_free(server);
+    SSL_free(client);
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  ticket_pair(const ticket_pair&) = delete;
+  ticket_pair& operator=(const ticket_pair&) = delete;
+
+  /// Handshake, one byte each way (the client reads the TLS 1.3 ticket
+  /// on the way); true when both ends are done.
+  bool exchange() {
+    bool s_done = false;
+    bool c_done = false;
+    for (int i = 0; i < 50 && !(s_done && c_done); ++i) {
+      s_done = s_done || SSL_do_handshake(server) == 1;
+      c_done = c_done || SSL_do_handshake(client) == 1;
+    }
+    char b = 'x';
+    if (!s_done || !c_done || SSL_write(server, &b, 1) != 1) {
+      return false;
+    }
+    for (int i = 0; i < 50; ++i) {
+      if (SSL_read(client, &b, 1) == 1) {
+        ERR_clear_error();
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+TEST(tls_tickets, ATicketOneContextMadeOpensOnAnother) {
+  test_cert cert;
+  cadeloop::net::tls_options o;
+  o.certfile = cert.cert;
+  o.keyfile = cert.key;
+  cadeloop::net::tls_context first{o};
+  cadeloop::net::tls_context second{o};
+  SSL_CTX* a = first.acquire();
+  SSL_CTX* b = second.acquire();
+  SSL_CTX* client_ctx = SSL_CTX_new(TLS_client_method());
+  SSL_SESSION* session = nullptr;
+  {
+    ticket_pair p{a, client_ctx, nullptr};
+    ASSERT_TRUE(p.exchange());
+    EXPECT_EQ(SSL_session_reused(p.server), 0);
+    session = SSL_get1_session(p.client);
+  }
+  ASSERT_NE(session, nullptr);
+  ASSERT_EQ(SSL_SESSION_has_ticket(session), 1);
+  for (SSL_CTX* server_ctx : {b, a, b, a, b}) {
+    ticket_pair p{server_ctx, client_ctx, session};
+    ASSERT_TRUE(p.exchange());
+    EXPECT_EQ(SSL_session_reused(p.server), 1);
+  }
+  // After a reload the same ticket still opens.
+  std::string problem;
+  ASSERT_TRUE(second.reload(problem)) << problem;
+  SSL_CTX* reloaded = second.acquire();
+  {
+    ticket_pair p{reloaded, client_ctx, session};
+    ASSERT_TRUE(p.exchange());
+    EXPECT_EQ(SSL_session_reused(p.server), 1);
+  }
+  SSL_SESSION_free(session);
+  SSL_CTX_free(reloaded);
+  SSL_CTX_free(client_ctx);
+  SSL_CTX_free(a);
+  SSL_CTX_free(b);
+}
+
 }  // namespace

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -135,11 +136,31 @@ def test_httpx_and_curl_over_https_on_two_pairs(certs: Certs, tmp_path: Path) ->
         assert s.stop() == 0, s.log()
 
 
-def test_large_download_and_upload_over_tls(certs: Certs, tmp_path: Path) -> None:
+def _server_pids(pid: int) -> list[int]:
+    """The server process and its worker processes (3.11: one per pair)."""
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(c) for c in (task / "children").read_text().split()]
+    return pids
+
+
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def test_100_mib_download_and_upload_over_tls_in_bounded_memory(certs: Certs, tmp_path: Path) -> None:
     s = start(certs, tmp_path)
     try:
-        n = 48 * 1024 * 1024
-        with httpx.Client(verify=client_context(certs), timeout=60) as client:
+        n = 100 * 1024 * 1024
+        with httpx.Client(verify=client_context(certs), timeout=120) as client:
+            assert client.get(https(s) + "/").status_code == 200  # warm: the pair's pools are made
+            pids = _server_pids(s.pid)
+            rss_before = {p: _status_kib(p, "VmRSS") for p in pids}
+            for p in pids:
+                Path(f"/proc/{p}/clear_refs").write_text("5")  # VmHWM starts again from VmRSS
             got = 0
             with client.stream("GET", https(s) + f"/big/{n}") as r:
                 assert r.status_code == 200
@@ -153,6 +174,10 @@ def test_large_download_and_upload_over_tls(certs: Certs, tmp_path: Path) -> Non
                     yield b"z" * 65536
 
             assert client.post(https(s) + "/up", content=body()).json()["received"] == n
+            # The peak resident size of each server process (VmHWM) stayed
+            # within 64 MiB of where it was before 200 MiB went through it.
+            grew = {p: (_status_kib(p, "VmHWM") - rss_before[p]) // 1024 for p in pids}
+            assert max(grew.values()) < 64, f"MiB each server process grew by: {grew}"
     finally:
         assert s.stop() == 0, s.log()
 
@@ -316,6 +341,74 @@ def test_session_resumption_with_a_ticket(certs: Certs, tmp_path: Path) -> None:
         tls = stats(stats_port)["totals"]["tls"]  # type: ignore[index]
         assert tls["resumed"] >= 1 and tls["handshakes"] >= 2, tls  # type: ignore[index]
         assert tls["versions"]["TLSv1.3"] >= 2, tls  # type: ignore[index]
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def _get_over_tls(port: int, ctx: ssl.SSLContext, session: ssl.SSLSession | None) -> tuple[bool, ssl.SSLSession, bytes]:
+    """One request on a new TLS connection: (resumed?, the session to resume next time, the response)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as tls:
+            tls.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := tls.recv(65536):
+                data += chunk
+            got = tls.session
+            assert got is not None
+            return tls.session_reused, got, data
+
+
+def test_a_ticket_resumes_on_every_pair(certs: Certs, tmp_path: Path) -> None:
+    # Two pairs, each with its own SO_REUSEPORT listener: the kernel spreads
+    # the connections, and a ticket one pair made must open on the other.
+    stats_port = free_port()
+    s = start(certs, tmp_path, "--stats-port", str(stats_port), cores=2)
+    try:
+        ctx = client_context(certs)
+        resumed, session, data = _get_over_tls(s.port, ctx, None)
+        assert not resumed and data.startswith(b"HTTP/1.1 200"), data[:200]
+        results = [_get_over_tls(s.port, ctx, session) for _ in range(40)]
+        assert all(r[2].startswith(b"HTTP/1.1 200") for r in results)
+        refused = sum(1 for r in results if not r[0])
+        assert refused == 0, f"{refused} of 40 resumptions refused"
+        metrics = httpx.get(f"http://127.0.0.1:{stats_port}/metrics", timeout=10).text
+        per_pair = {m.group(1): int(m.group(2))
+                    for m in re.finditer(r'cadeloop_tls_resumed_total\{pair="(\d+)"\} (\d+)', metrics)}
+        assert len(per_pair) == 2 and min(per_pair.values()) > 0, (per_pair, metrics)
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def _ticket_key_name(out: str) -> str:
+    """The first 16 bytes of the last session ticket `openssl s_client` printed: the key name."""
+    m = re.findall(r"TLS session ticket:\n\s*0000 - ((?:[0-9a-f]{2}[ -]){16})", out)
+    assert m, out
+    return m[-1].replace("-", " ").replace(" ", "")
+
+
+def test_ticket_keys_rotate_and_the_previous_key_still_opens(certs: Certs, tmp_path: Path) -> None:
+    s = start(certs, tmp_path, "--ssl-ticket-rotation", "2")
+    try:
+        request = b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        first = tmp_path / "first.pem"
+        p = s_client(s.port, "-sess_out", str(first), "-ign_eof", "-CAfile", str(certs.ca), stdin=request)
+        assert "HTTP/1.1 200" in p.stdout, p.stdout
+        first_key = _ticket_key_name(p.stdout)
+        # New full handshakes until the server encrypts with another key.
+        deadline = time.monotonic() + 10
+        while True:
+            p = s_client(s.port, "-ign_eof", "-CAfile", str(certs.ca), stdin=request)
+            if _ticket_key_name(p.stdout) != first_key:
+                break
+            assert time.monotonic() < deadline, "the ticket key did not change within 10 s (rotation 2 s)"
+            time.sleep(0.2)
+        # The first ticket, made with the previous key, still resumes...
+        again = s_client(s.port, "-sess_in", str(first), "-ign_eof", "-CAfile", str(certs.ca), stdin=request)
+        assert "Reused, TLSv1.3" in again.stdout and "HTTP/1.1 200" in again.stdout, again.stdout
+        # ...and two periods later it is refused: a full handshake, and the request is served.
+        time.sleep(4.5)
+        late = s_client(s.port, "-sess_in", str(first), "-ign_eof", "-CAfile", str(certs.ca), stdin=request)
+        assert "New, TLSv1.3" in late.stdout and "HTTP/1.1 200" in late.stdout, late.stdout
     finally:
         assert s.stop() == 0, s.log()
 

@@ -5,6 +5,7 @@
 // settings, checked before anything binds, and replaced whole on a reload
 // (connections keep the context they were made with).
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,8 @@ struct tls_options {
   std::string ciphers;              ///< TLS 1.2 cipher list ("" : OpenSSL's default)
   std::string ciphersuites;         ///< TLS 1.3 suites ("" : OpenSSL's default)
   std::string min_version = "1.2";  ///< "1.2" or "1.3"
+  /// How often the session-ticket key changes (tls_tickets.hpp).
+  std::chrono::milliseconds ticket_rotation{std::chrono::hours{1}};
 
   [[nodiscard]] bool enabled() const noexcept { return !certfile.empty(); }
   friend bool operator==(const tls_options&, const tls_options&) = default;
