@@ -8,6 +8,7 @@
 // request. The scope is built here, beside on_request, so that it inlines.
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <new>
 #include <string>
 #include <utility>
@@ -25,6 +26,8 @@ namespace {
 // Header names longer than this are not cached (nor are more than this many names).
 constexpr std::size_t cached_name_max_len = 48;
 constexpr std::size_t cached_names_max = 256;
+// Targets longer than this are not shared between requests (bridge::build_scope).
+constexpr std::size_t shared_path_max = 256;
 
 std::string_view bytes_of(PyObject* b) noexcept {
   return {PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))};
@@ -191,8 +194,23 @@ bool bridge::start_app(request_object* r, PyObject* scope) {
     }
     return true;
   }
-  PyObject* res =
-      is_done < 0 ? nullptr : PyObject_CallMethodOneArg(task, n_.add_done_callback, self);
+  // The done callback runs in one empty Context of the bridge: without one,
+  // add_done_callback would copy the current context for every request.
+  if (done_context_ == nullptr && is_done == 0) {
+    done_context_ = PyContext_New();
+    done_kwnames_ = done_context_ != nullptr ? Py_BuildValue("(s)", "context") : nullptr;
+    if (done_kwnames_ == nullptr) {
+      Py_CLEAR(done_context_);
+      PyErr_Clear();
+    }
+  }
+  PyObject* res = nullptr;
+  if (is_done == 0 && done_context_ != nullptr) {
+    PyObject* args[] = {task, self, done_context_};
+    res = PyObject_VectorcallMethod(n_.add_done_callback, args, 2, done_kwnames_);
+  } else if (is_done == 0) {
+    res = PyObject_CallMethodOneArg(task, n_.add_done_callback, self);
+  }
   if (res == nullptr) {
     PyErr_Clear();
   }
@@ -305,8 +323,26 @@ PyObject* bridge::address_tuple(const net::socket_address& a, bool server_side) 
   using fam = net::socket_address::family_kind;
   if (a.family == fam::ipv4 || a.family == fam::ipv6) {
     const std::string host = a.host();
-    return Py_BuildValue("(s#i)", host.data(), static_cast<Py_ssize_t>(host.size()),
-                         static_cast<int>(a.port));
+    if (server_side) {
+      return Py_BuildValue("(s#i)", host.data(), static_cast<Py_ssize_t>(host.size()),
+                           static_cast<int>(a.port));
+    }
+    // A client's host str is shared with the previous client's when it is the
+    // same address (a str is immutable; the tuple is per connection).
+    if (last_client_host_ == nullptr || host != last_client_text_) {
+      PyObject* h = PyUnicode_FromStringAndSize(host.data(), static_cast<Py_ssize_t>(host.size()));
+      if (h == nullptr) {
+        return nullptr;
+      }
+      try {
+        last_client_text_ = host;
+      } catch (const std::bad_alloc&) {
+        PyObject* t = Py_BuildValue("(Ni)", h, static_cast<int>(a.port));
+        return t;  // not shared
+      }
+      Py_XSETREF(last_client_host_, h);
+    }
+    return Py_BuildValue("(Oi)", last_client_host_, static_cast<int>(a.port));
   }
   if (a.family == fam::unix_socket && server_side) {
     return Py_BuildValue("(s#O)", options_.unix_path.data(),
@@ -349,28 +385,7 @@ PyObject* tls_extension(const net::tls_details& d) {
 
 }  // namespace
 
-PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs) {
-  const http::request_head& head = *m.head;
-  PyObject* scope = PyDict_Copy(scope_template_);
-  if (scope == nullptr) {
-    return nullptr;
-  }
-  auto put = [&](PyObject* key, PyObject* value) {  // steals value
-    if (value == nullptr) {
-      return false;
-    }
-    const int rc = PyDict_SetItem(scope, key, value);
-    Py_DECREF(value);
-    return rc == 0;
-  };
-  const auto mi = static_cast<std::size_t>(head.method());
-  PyObject* method =
-      mi < n_.methods.size()
-          ? Py_NewRef(n_.methods[mi])
-          : PyUnicode_FromStringAndSize(head.method_name().data(),
-                                        static_cast<Py_ssize_t>(head.method_name().size()));
-  // path: percent-decoded, then UTF-8 (invalid sequences replaced).
-  const std::string_view raw = head.path();
+PyObject* bridge::decode_path(std::string_view raw) {
   PyObject* path = nullptr;
   if (raw.find('%') == std::string_view::npos) {
     path = PyUnicode_DecodeUTF8(raw.data(), static_cast<Py_ssize_t>(raw.size()), "replace");
@@ -396,6 +411,51 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
     Py_DECREF(path);
     path = full;
   }
+  return path;
+}
+
+PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs) {
+  const http::request_head& head = *m.head;
+  PyObject* scope = PyDict_Copy(scope_template_);
+  if (scope == nullptr) {
+    return nullptr;
+  }
+  auto put = [&](PyObject* key, PyObject* value) {  // steals value
+    if (value == nullptr) {
+      return false;
+    }
+    const int rc = PyDict_SetItem(scope, key, value);
+    Py_DECREF(value);
+    return rc == 0;
+  };
+  const auto mi = static_cast<std::size_t>(head.method());
+  PyObject* method =
+      mi < n_.methods.size()
+          ? Py_NewRef(n_.methods[mi])
+          : PyUnicode_FromStringAndSize(head.method_name().data(),
+                                        static_cast<Py_ssize_t>(head.method_name().size()));
+  // path: percent-decoded, then UTF-8 (invalid sequences replaced). The
+  // last target's str and bytes are reused when the next one is the same
+  // (many clients of one route: both are immutable, so they can be shared).
+  const std::string_view raw = head.path();
+  PyObject* path = nullptr;
+  PyObject* raw_path = nullptr;
+  if (last_path_ != nullptr && raw == last_raw_text_) {
+    path = Py_NewRef(last_path_);
+    raw_path = Py_NewRef(last_raw_path_);
+  } else {
+    path = decode_path(raw);
+    raw_path = PyBytes_FromStringAndSize(raw.data(), static_cast<Py_ssize_t>(raw.size()));
+    if (path != nullptr && raw_path != nullptr && raw.size() <= shared_path_max) {
+      try {
+        last_raw_text_.assign(raw);
+        Py_XSETREF(last_path_, Py_NewRef(path));
+        Py_XSETREF(last_raw_path_, Py_NewRef(raw_path));
+      } catch (const std::bad_alloc&) {
+        Py_CLEAR(last_path_);  // not shared
+      }
+    }
+  }
   const std::string_view query = head.query();
   if (cs.client == nullptr) {
     cs.client = address_tuple(m.info.client, false);
@@ -407,9 +467,7 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
     last_server_addr_ = m.info.server;
   }
   const bool ok = put(n_.http_version, Py_NewRef(head.version_minor() == 0 ? n_.v10 : n_.v11)) &&
-                  put(n_.method, method) && put(n_.path, path) &&
-                  put(n_.raw_path,
-                      PyBytes_FromStringAndSize(raw.data(), static_cast<Py_ssize_t>(raw.size()))) &&
+                  put(n_.method, method) && put(n_.path, path) && put(n_.raw_path, raw_path) &&
                   put(n_.query_string, PyBytes_FromStringAndSize(
                                            query.data(), static_cast<Py_ssize_t>(query.size()))) &&
                   put(n_.headers, build_headers(head)) && put(n_.client, Py_XNewRef(cs.client)) &&
