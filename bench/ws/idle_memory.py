@@ -14,6 +14,7 @@ leaves them idle. Reports, per connection:
 
     python bench/ws/idle_memory.py                         # 3.13 (.venv), 10,000 connections
     python bench/ws/idle_memory.py --python 3.11 --connections 10000 --rounds 3
+    python bench/ws/idle_memory.py --http-keepalive     # idle HTTP keep-alive instead (bench/http/memory.py)
 
 The figure the issue's goal reads (<= 4 KiB) is the USS one; bench/ws/driver.py measures it the
 same way beside the peers.
@@ -90,6 +91,28 @@ def one_round(args: argparse.Namespace) -> dict:
             "blocks_per_websocket": (c1["blocks"] - c0["blocks"]) / opened, "python_types": types}
 
 
+def http_keepalive(args: argparse.Namespace) -> None:
+    """Idle keep-alive connections (bench/http/memory.py) on bench/http/app.py, at 1,000 and `--connections`."""
+    sys.path.insert(0, str(ROOT / "bench" / "http"))
+    import memory  # noqa: E402
+
+    venv = ".venv" if args.python == "3.13" else ".venv-3.11"
+    argv = [str(ROOT / venv / "bin/cadeloop"), "app:app", "--host", "127.0.0.1", "--port", str(args.port),
+            "--cores", "1", "--max-connections", str(args.connections + 1000), "--backlog", "4096", *args.extra]
+    proc = subprocess.Popen(["taskset", "-c", str(args.server_cpu), *argv], cwd=ROOT / "bench" / "http",
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    if not http_driver.wait_port(args.port, proc):
+        http_driver.stop_server(proc)
+        raise SystemExit("idle_memory: the server did not start")
+    try:
+        out = memory.idle_memory(args.port, lambda: http_driver.tree_pids(proc.pid), [1000, args.connections])
+    finally:
+        http_driver.stop_server(proc)
+    for level in out["levels"]:
+        print(f"{level['held']} idle keep-alive connections: {level['per_connection_kib']:.2f} KiB each "
+              f"(Python {args.python})")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--python", choices=("3.13", "3.11"), default="3.13")
@@ -100,11 +123,15 @@ def main() -> int:
     p.add_argument("--load-cpu", type=int, default=1)
     p.add_argument("--nice", type=int, default=0)
     p.add_argument("--json", help="also write the raw figures here")
+    p.add_argument("--http-keepalive", action="store_true", help="measure idle HTTP keep-alive connections instead")
     p.add_argument("extra", nargs="*", help="more cadeloop flags (after --)")
     args = p.parse_args()
     if not ws_driver.WS_LOAD.exists():
         ws_driver.build_client()
     ws_driver.raise_fd_limit()
+    if args.http_keepalive:
+        http_keepalive(args)
+        return 0
     rounds = []
     for i in range(args.rounds):
         r = one_round(args)

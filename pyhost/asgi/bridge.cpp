@@ -258,6 +258,11 @@ void bridge::release_python() {
   for (PyObject*& pair : header_pairs_) {
     Py_CLEAR(pair);
   }
+  Py_CLEAR(last_path_);
+  Py_CLEAR(last_raw_path_);
+  Py_CLEAR(last_client_host_);
+  Py_CLEAR(done_context_);
+  Py_CLEAR(done_kwnames_);
   n_.clear();
   Py_CLEAR(app_);
   Py_CLEAR(loop_);

@@ -303,6 +303,7 @@ class bridge final : public loop_source {
 
   PyObject* build_scope(const runtime::inbound_message& m, conn_state& cs);
   PyObject* build_headers(const http::request_head& head);
+  PyObject* decode_path(std::string_view raw);
   PyObject* header_pair(const http::header_field& f);
   PyObject* header_name(std::string_view name);
   PyObject* address_tuple(const net::socket_address& a, bool server_side);
@@ -341,6 +342,13 @@ class bridge final : public loop_source {
   names n_;
   std::unordered_map<std::string, PyObject*> header_names_;
   std::vector<PyObject*> header_pairs_;  // shared (name, value) tuples of repeating headers
+  PyObject* last_path_ = nullptr;  // the last target's scope["path"] and scope["raw_path"], shared
+  PyObject* last_raw_path_ = nullptr;
+  std::string last_raw_text_;
+  PyObject* last_client_host_ = nullptr;  // the last client's host str, shared
+  std::string last_client_text_;
+  PyObject* done_context_ = nullptr;  // the empty Context the tasks' done callbacks run in
+  PyObject* done_kwnames_ = nullptr;  // ("context",)
   std::vector<conn_state> conns_;
   request_object live_{};  // sentinel of the live list
   http::date_cache dates_;

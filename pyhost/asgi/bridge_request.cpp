@@ -8,6 +8,7 @@
 // request. The scope is built here, beside on_request, so that it inlines.
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <new>
 #include <string>
 #include <utility>
@@ -25,6 +26,8 @@ namespace {
 // Header names longer than this are not cached (nor are more than this many names).
 constexpr std::size_t cached_name_max_len = 48;
 constexpr std::size_t cached_names_max = 256;
+// Targets longer than this are not shared between requests (bridge::build_scope).
+constexpr std::size_t shared_path_max = 256;
 
 std::string_view bytes_of(PyObject* b) noexcept {
   return {PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))};
@@ -192,8 +195,23 @@ bool bridge::start_app(request_object* r, PyObject* scope) {
     }
     return true;
   }
-  PyObject* res =
-      is_done < 0 ? nullptr : PyObject_CallMethodOneArg(task, n_.add_done_callback, self);
+  // The done callback runs in one empty Context of the bridge: without one,
+  // add_done_callback would copy the current context for every request.
+  if (done_context_ == nullptr && is_done == 0) {
+    done_context_ = PyContext_New();
+    done_kwnames_ = done_context_ != nullptr ? Py_BuildValue("(s)", "context") : nullptr;
+    if (done_kwnames_ == nullptr) {
+      Py_CLEAR(done_context_);
+      PyErr_Clear();
+    }
+  }
+  PyObject* res = nullptr;
+  if (is_done == 0 && done_context_ != nullptr) {
+    PyObject* args[] = {task, self, done_context_};
+    res = PyObject_VectorcallMethod(n_.add_done_callback, args, 2, done_kwnames_);
+  } else if (is_done == 0) {
+    res = PyObject_CallMethodOneArg(task, n_.add_done_callback, self);
+  }
   if (res == nullptr) {
     PyErr_Clear();
   }
@@ -306,8 +324,26 @@ PyObject* bridge::address_tuple(const net::socket_address& a, bool server_side) 
   using fam = net::socket_address::family_kind;
   if (a.family == fam::ipv4 || a.family == fam::ipv6) {
     const std::string host = a.host();
-    return Py_BuildValue("(s#i)", host.data(), static_cast<Py_ssize_t>(host.size()),
-                         static_cast<int>(a.port));
+    if (server_side) {
+      return Py_BuildValue("(s#i)", host.data(), static_cast<Py_ssize_t>(host.size()),
+                           static_cast<int>(a.port));
+    }
+    // A client's host str is shared with the previous client's when it is the
+    // same address (a str is immutable; the tuple is per connection).
+    if (last_client_host_ == nullptr || host != last_client_text_) {
+      PyObject* h = PyUnicode_FromStringAndSize(host.data(), static_cast<Py_ssize_t>(host.size()));
+      if (h == nullptr) {
+        return nullptr;
+      }
+      try {
+        last_client_text_ = host;
+      } catch (const std::bad_alloc&) {
+        PyObject* t = Py_BuildValue("(Ni)", h, static_cast<int>(a.port));
+        return t;  // not shared
+      }
+      Py_XSETREF(last_client_host_, h);
+    }
+    return Py_BuildValue("(Oi)", last_client_host_, static_cast<int>(a.port));
   }
   if (a.family == fam::unix_socket && server_side) {
     return Py_BuildValue("(s#O)", options_.unix_path.data(),
@@ -350,6 +386,35 @@ PyObject* tls_extension(const net::tls_details& d) {
 
 }  // namespace
 
+PyObject* bridge::decode_path(std::string_view raw) {
+  PyObject* path = nullptr;
+  if (raw.find('%') == std::string_view::npos) {
+    path = PyUnicode_DecodeUTF8(raw.data(), static_cast<Py_ssize_t>(raw.size()), "replace");
+  } else {
+    path_scratch_.clear();
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      int hi = 0;
+      int lo = 0;
+      if (raw[i] == '%' && i + 2 < raw.size() && (hi = hex_value(raw[i + 1])) >= 0 &&
+          (lo = hex_value(raw[i + 2])) >= 0) {
+        path_scratch_.push_back(static_cast<char>(hi * 16 + lo));
+        i += 2;
+      } else {
+        path_scratch_.push_back(raw[i]);
+      }
+    }
+    path = PyUnicode_DecodeUTF8(path_scratch_.data(), static_cast<Py_ssize_t>(path_scratch_.size()),
+                                "replace");
+  }
+  if (!options_.root_path.empty() && path != nullptr) {
+    // ASGI (and uvicorn 0.26+): path starts with root_path; raw_path stays as received.
+    PyObject* full = PyUnicode_Concat(PyDict_GetItem(scope_template_, n_.root_path), path);
+    Py_DECREF(path);
+    path = full;
+  }
+  return path;
+}
+
 PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs) {
   const http::request_head& head = *m.head;
   if (full_template_ == nullptr || full_template_state_ != (state_ != nullptr)) {
@@ -386,32 +451,27 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
           ? Py_NewRef(n_.methods[mi])
           : PyUnicode_FromStringAndSize(head.method_name().data(),
                                         static_cast<Py_ssize_t>(head.method_name().size()));
-  // path: percent-decoded, then UTF-8 (invalid sequences replaced).
+  // path: percent-decoded, then UTF-8 (invalid sequences replaced). The
+  // last target's str and bytes are reused when the next one is the same
+  // (many clients of one route: both are immutable, so they can be shared).
   const std::string_view raw = head.path();
   PyObject* path = nullptr;
-  if (raw.find('%') == std::string_view::npos) {
-    path = PyUnicode_DecodeUTF8(raw.data(), static_cast<Py_ssize_t>(raw.size()), "replace");
+  PyObject* raw_path = nullptr;
+  if (last_path_ != nullptr && raw == last_raw_text_) {
+    path = Py_NewRef(last_path_);
+    raw_path = Py_NewRef(last_raw_path_);
   } else {
-    path_scratch_.clear();
-    for (std::size_t i = 0; i < raw.size(); ++i) {
-      int hi = 0;
-      int lo = 0;
-      if (raw[i] == '%' && i + 2 < raw.size() && (hi = hex_value(raw[i + 1])) >= 0 &&
-          (lo = hex_value(raw[i + 2])) >= 0) {
-        path_scratch_.push_back(static_cast<char>(hi * 16 + lo));
-        i += 2;
-      } else {
-        path_scratch_.push_back(raw[i]);
+    path = decode_path(raw);
+    raw_path = PyBytes_FromStringAndSize(raw.data(), static_cast<Py_ssize_t>(raw.size()));
+    if (path != nullptr && raw_path != nullptr && raw.size() <= shared_path_max) {
+      try {
+        last_raw_text_.assign(raw);
+        Py_XSETREF(last_path_, Py_NewRef(path));
+        Py_XSETREF(last_raw_path_, Py_NewRef(raw_path));
+      } catch (const std::bad_alloc&) {
+        Py_CLEAR(last_path_);  // not shared
       }
     }
-    path = PyUnicode_DecodeUTF8(path_scratch_.data(), static_cast<Py_ssize_t>(path_scratch_.size()),
-                                "replace");
-  }
-  if (!options_.root_path.empty() && path != nullptr) {
-    // ASGI (and uvicorn 0.26+): path starts with root_path; raw_path stays as received.
-    PyObject* full = PyUnicode_Concat(PyDict_GetItem(scope_template_, n_.root_path), path);
-    Py_DECREF(path);
-    path = full;
   }
   const std::string_view query = head.query();
   if (cs.client == nullptr) {
@@ -424,9 +484,7 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
     last_server_addr_ = m.info.server;
   }
   const bool ok = put(n_.http_version, Py_NewRef(head.version_minor() == 0 ? n_.v10 : n_.v11)) &&
-                  put(n_.method, method) && put(n_.path, path) &&
-                  put(n_.raw_path,
-                      PyBytes_FromStringAndSize(raw.data(), static_cast<Py_ssize_t>(raw.size()))) &&
+                  put(n_.method, method) && put(n_.path, path) && put(n_.raw_path, raw_path) &&
                   put(n_.query_string, PyBytes_FromStringAndSize(
                                            query.data(), static_cast<Py_ssize_t>(query.size()))) &&
                   put(n_.headers, build_headers(head)) && put(n_.client, Py_XNewRef(cs.client)) &&

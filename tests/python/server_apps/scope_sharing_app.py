@@ -1,0 +1,43 @@
+"""Reports the scope it got, after mutating it the way middleware may, for test_scope_sharing.py.
+
+Every request and WebSocket answers with its own scope's path, raw_path, headers and client as
+JSON, after appending a header to scope["headers"] and rebinding scope["path"]: the next
+connection must see none of that.
+"""
+
+import json
+
+
+def report(scope) -> bytes:
+    seen = {
+        "path": scope["path"],
+        "raw_path": scope["raw_path"].decode("latin-1"),
+        "headers": [[n.decode("latin-1"), v.decode("latin-1")] for n, v in scope["headers"]],
+        "client": list(scope["client"]),
+        "subprotocols": list(scope.get("subprotocols", [])),
+    }
+    scope["headers"].append((b"x-added-by-the-app", b"1"))
+    scope["path"] = "/changed-by-the-app"
+    return json.dumps(seen).encode()
+
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            m = await receive()
+            kind = m["type"].rsplit(".", 1)[1]
+            await send({"type": f"lifespan.{kind}.complete"})
+            if kind == "shutdown":
+                return
+    if scope["type"] == "http":
+        while (await receive()).get("more_body"):
+            pass
+        body = report(scope)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+        return
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept"})
+    await send({"type": "websocket.send", "text": report(scope).decode()})
+    await receive()  # websocket.disconnect (or the client's message)

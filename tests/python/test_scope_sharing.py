@@ -1,0 +1,115 @@
+"""What a request's scope shares with other requests' is only what nobody can change.
+
+The bridge reuses immutable pieces between requests of one core pair (the (name, value) tuple of
+a header whose value repeats, the str and bytes of a path seen just before, the client's host
+str): a real `--cores 1` server (one bridge, so every request meets the pieces the previous one
+left) and raw sockets check that each request and WebSocket still sees exactly what its client
+sent, whatever the app did to the scope of the one before, and whichever value changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from server_harness import ServerProcess
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    srv = ServerProcess("scope_sharing_app:app", "--cores", "1", tmp=tmp_path_factory.mktemp("scope")).start()
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+def recv_until(s: socket.socket, marker: bytes) -> bytes:
+    data = b""
+    while marker not in data:
+        chunk = s.recv(65536)
+        assert chunk, f"closed early: {data!r}"
+        data += chunk
+    return data
+
+
+def ws_scope(port: int, path: str, fields: list[tuple[str, str]]) -> dict:
+    """The scope the app reported on a WebSocket opened with exactly `fields` (in this order)."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    head = f"GET {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields)
+    head += f"Sec-WebSocket-Key: {key}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head.encode())
+        data = recv_until(s, b"\r\n\r\n")
+        assert data.startswith(b"HTTP/1.1 101"), data
+        data = data.split(b"\r\n\r\n", 1)[1]
+        while len(data) < 2 or len(data) < 2 + (data[1] & 0x7F if data[1] & 0x7F < 126 else 2):
+            data += s.recv(65536)
+        size = data[1] & 0x7F
+        start = 2
+        if size == 126:
+            size, start = int.from_bytes(data[2:4], "big"), 4
+        while len(data) < start + size:
+            data += s.recv(65536)
+        assert data[0] == 0x81, data[:2]  # one unfragmented text frame
+        return json.loads(data[start:start + size]) | {"key": key}
+
+
+def http_scope(port: int, path: str, fields: list[tuple[str, str]]) -> dict:
+    head = f"GET {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields) + "Connection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head.encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head_bytes, body = data.split(b"\r\n\r\n", 1)
+    assert head_bytes.startswith(b"HTTP/1.1 200"), head_bytes
+    return json.loads(body)
+
+
+def ws_fields(host: str, agent: str) -> list[tuple[str, str]]:
+    return [("Host", host), ("User-Agent", agent), ("Upgrade", "websocket"), ("Connection", "Upgrade"),
+            ("Sec-WebSocket-Version", "13")]
+
+
+def test_websockets_see_their_own_headers_and_path(server: ServerProcess) -> None:
+    # The same values twice (shared pieces), then each value changed, then the first ones again.
+    cases = [("/ws/a", "one.example", "agent/1"), ("/ws/a", "one.example", "agent/1"),
+             ("/ws/b", "two.example", "agent/1"), ("/ws/a", "one.example", "agent/2"),
+             ("/ws/a%20b", "one.example", "agent/2"), ("/ws/a%20b", "one.example", "agent/2"),
+             ("/ws/a", "one.example", "agent/1")]
+    for path, host, agent in cases:
+        seen = ws_scope(server.port, path, ws_fields(host, agent))
+        expected = [[k.lower(), v] for k, v in ws_fields(host, agent)] + [["sec-websocket-key", seen["key"]]]
+        assert seen["headers"] == expected, (path, host, agent, seen)
+        assert seen["raw_path"] == path
+        assert seen["path"] == path.replace("%20", " ")
+        assert seen["client"][0] == "127.0.0.1" and seen["client"][1] > 0
+        assert seen["subprotocols"] == []
+
+
+def test_http_requests_see_their_own_headers_and_path(server: ServerProcess) -> None:
+    cases = [("/p", "one.example", "*/*"), ("/p", "one.example", "*/*"), ("/q", "one.example", "text/html"),
+             ("/p%2Fx", "two.example", "*/*"), ("/p%2Fx", "two.example", "*/*"), ("/p", "one.example", "*/*")]
+    for path, host, accept in cases:
+        fields = [("Host", host), ("Accept", accept)]
+        seen = http_scope(server.port, path, fields)
+        assert seen["headers"] == [["host", host], ["accept", accept], ["connection", "close"]], seen
+        assert seen["raw_path"] == path
+        assert seen["path"] == path.replace("%2F", "/")
+
+
+def test_a_websocket_and_a_request_of_one_route_share_nothing_mutable(server: ServerProcess) -> None:
+    # The app appends a header and rebinds path on every scope; none of it reaches the next one.
+    first = ws_scope(server.port, "/same", ws_fields("h.example", "a"))
+    second = http_scope(server.port, "/same", [("Host", "h.example"), ("User-Agent", "a")])
+    third = ws_scope(server.port, "/same", ws_fields("h.example", "a"))
+    for seen in (first, second, third):
+        assert ["x-added-by-the-app", "1"] not in seen["headers"]
+        assert seen["path"] == "/same"
+    assert first["headers"][:-1] == third["headers"][:-1]
