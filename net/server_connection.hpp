@@ -4,6 +4,7 @@
 #pragma once
 
 #include "fifo.hpp"
+#include "file_part.hpp"
 #include "tls_stream.hpp"
 #include "ws_connection.hpp"
 
@@ -75,6 +76,7 @@ struct later_response {
   std::vector<byte_buffer> parts;
   bool ended = false;
   bool keep_alive = true;
+  std::unique_ptr<file_part> file;  // sent after `parts` (pathsend); it ends the response
 };
 
 struct connection {
@@ -110,6 +112,7 @@ struct connection {
     body_since = {};
     body_got = 0;
     tls = {};
+    file.reset();
   }
 
   std::uint32_t slot;
@@ -177,6 +180,9 @@ struct connection {
   std::uint64_t body_got = 0;
   // TLS (server_tls.cpp); inactive on a plain connection.
   tls_stream tls;
+  // The file the head-of-line response sends once `out` is written
+  // (server_pathsend.cpp); the response finishes with its last byte.
+  std::unique_ptr<file_part> file;
 };
 
 inline bool has_body(const http::request_head& head) noexcept {
