@@ -100,6 +100,7 @@ struct connection {
     hol_started = false;
     error_status = 0;
     error_reason = {};
+    error_log.clear();
     later.clear();
     records.clear();
     out.clear();
@@ -151,6 +152,7 @@ struct connection {
   bool hol_started = false;        // bytes of the head-of-line response are queued
   std::uint16_t error_status = 0;  // an error to answer once nothing is in flight
   std::string_view error_reason{};
+  std::string error_log;  // access_log::capture() of a head rejected by the parser (413, ...)
   fifo<later_response> later;    // index i is request hol_seq + 1 + i
   fifo<request_record> records;  // one per request in flight: index i is request hol_seq + i
 

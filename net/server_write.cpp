@@ -117,7 +117,8 @@ void http_server::impl::queue_error_response(connection& c, std::uint16_t status
   scratch_.clear();
   append_error_response(status, reason, dates_, opt_.server_header, scratch_);
   if (log_) {
-    log_line(c, {}, status, scratch_.size(), 0);
+    log_line(c, c.error_log, status, scratch_.size(), 0);
+    c.error_log.clear();
   }
   append_out(c, byte_buffer::copy_of(scratch_));
   c.error_status = 0;
