@@ -184,6 +184,7 @@ void request_parser::reset() noexcept {
   heads_used_ = 0;
   trailers_used_ = 0;
   head_ = nullptr;
+  rejected_head_ = nullptr;
   trailer_block_ = nullptr;
   feed_begin_ = nullptr;
   feed_end_ = nullptr;
@@ -302,6 +303,7 @@ header_block& request_parser::trailer_fields() {
 }
 
 void request_parser::start_message() noexcept {
+  rejected_head_ = nullptr;
   head_start_known_ = false;
   url_open_ = false;
   set_limit_end(UINT64_MAX);
@@ -674,6 +676,7 @@ int request_parser::on_version_complete() {
 int request_parser::on_headers_complete() {
   phase_ = phase::body;
   request_head& h = *head_;
+  rejected_head_ = head_;  // until the head event below: a return before it rejects this head
   if (const int rc = scan_head_fields(nullptr); rc != 0) {
     return rc;
   }
@@ -729,6 +732,7 @@ int request_parser::on_headers_complete() {
   parser_.upgrade = websocket_ ? 1 : 0;
   h.websocket_upgrade_ = websocket_;
 
+  rejected_head_ = nullptr;
   events_.push_back(
       {parse_event_kind::head, static_cast<std::uint32_t>(heads_used_ - 1), head_, {}, nullptr});
   return 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "fifo.hpp"
+#include "file_part.hpp"
 #include "tls_stream.hpp"
 #include "ws_connection.hpp"
 
@@ -75,6 +76,7 @@ struct later_response {
   std::vector<byte_buffer> parts;
   bool ended = false;
   bool keep_alive = true;
+  std::unique_ptr<file_part> file;  // sent after `parts` (pathsend); it ends the response
 };
 
 struct connection {
@@ -98,6 +100,7 @@ struct connection {
     hol_started = false;
     error_status = 0;
     error_reason = {};
+    error_log.clear();
     later.clear();
     records.clear();
     out.clear();
@@ -110,6 +113,7 @@ struct connection {
     body_since = {};
     body_got = 0;
     tls = {};
+    file.reset();
   }
 
   std::uint32_t slot;
@@ -149,6 +153,7 @@ struct connection {
   bool hol_started = false;        // bytes of the head-of-line response are queued
   std::uint16_t error_status = 0;  // an error to answer once nothing is in flight
   std::string_view error_reason{};
+  std::string error_log;  // access_log::capture() of a head rejected by the parser (413, ...)
   fifo<later_response> later;    // index i is request hol_seq + 1 + i
   fifo<request_record> records;  // one per request in flight: index i is request hol_seq + i
 
@@ -178,6 +183,9 @@ struct connection {
   std::uint64_t body_got = 0;
   // TLS (server_tls.cpp); inactive on a plain connection.
   tls_stream tls;
+  // The file the head-of-line response sends once `out` is written
+  // (server_pathsend.cpp); the response finishes with its last byte.
+  std::unique_ptr<file_part> file;
 };
 
 inline bool has_body(const http::request_head& head) noexcept {

@@ -70,6 +70,8 @@ class http_server::impl {
   // ------------------------------------------------------------ app commands
 
   bool send(connection_id id, std::uint32_t seq, byte_buffer&& bytes, send_flags flags);
+  bool send_file(connection_id id, std::uint32_t seq, std::unique_ptr<file_part> file,
+                 std::uint64_t length);  // server_pathsend.cpp
   bool consume(connection_id id, std::uint64_t bytes);
   bool ws_accept(connection_id id, std::uint32_t request, std::string_view subprotocol,
                  std::string_view extra_headers);
@@ -211,6 +213,9 @@ class http_server::impl {
 
   // One writev of as much pending output as fits; the rest waits for writability.
   void write_once(connection& c);
+  // Sends from the head-of-line file once `out` is written (server_pathsend.cpp);
+  // false when the connection was closed.
+  bool pump_file(connection& c);
 
   // ------------------------------------------------------------ closing
 

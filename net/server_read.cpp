@@ -375,6 +375,9 @@ void http_server::impl::on_parse_error(connection& c) {
   }
   c.error_status = err.status;
   c.error_reason = err.reason;
+  if (const http::request_head* rejected = c.parser.rejected_head(); log_ && rejected != nullptr) {
+    log_->capture(*rejected, c.error_log);  // its access log line names the method and path
+  }
 }
 
 }  // namespace cadeloop::net

@@ -16,7 +16,7 @@ namespace cadeloop::net {
 // for while the server is reading (not when reading paused because the app
 // has not taken what it was given: that wait is the app's).
 timer_kind http_server::impl::progress_timer(const connection& c) const noexcept {
-  if (c.unsent != 0) {
+  if (c.unsent != 0 || c.file) {
     return timer_kind::write;
   }
   if (c.body_open && c.in_flight() != 0 && want_read(c)) {

@@ -96,7 +96,7 @@ void http_server::impl::flush_writes() {
       continue;
     }
     c->dirty = false;
-    if (!c->write_armed && !c->out.empty()) {
+    if (!c->write_armed && (!c->out.empty() || c->file)) {
       write_once(*c);
     }
   }
@@ -117,7 +117,8 @@ void http_server::impl::queue_error_response(connection& c, std::uint16_t status
   scratch_.clear();
   append_error_response(status, reason, dates_, opt_.server_header, scratch_);
   if (log_) {
-    log_line(c, {}, status, scratch_.size(), 0);
+    log_line(c, c.error_log, status, scratch_.size(), 0);
+    c.error_log.clear();
   }
   append_out(c, byte_buffer::copy_of(scratch_));
   c.error_status = 0;
@@ -157,6 +158,12 @@ void http_server::impl::finish_hol(connection& c, bool keep_alive) {
       c.out.push_back(std::move(part));  // already counted in unsent
       c.hol_started = true;
       c.wrote_any = true;
+    }
+    if (next.file) {  // its file follows; the response finishes with it (server_pathsend.cpp)
+      c.file = std::move(next.file);
+      c.hol_started = c.wrote_any = true;
+      mark_dirty(c);
+      break;
     }
     if (c.hol_started) {
       mark_dirty(c);
@@ -220,6 +227,7 @@ void http_server::impl::abandon_in_flight(connection& c, bool send_disconnect) {
     }
   }
   c.later.clear();
+  c.file.reset();
   c.hol_seq = c.next_seq;
   c.hol_started = false;
   c.body_open = false;
@@ -262,6 +270,15 @@ void http_server::impl::arm_write(connection& c) {
 
 // One writev of as much pending output as fits; the rest waits for writability.
 void http_server::impl::write_once(connection& c) {
+  if (c.file && c.out.empty()) {  // a file body (server_pathsend.cpp)
+    if (!pump_file(c)) {
+      return;
+    }
+    if (c.out.empty()) {
+      settle(c);
+      return;
+    }
+  }
   iov_.clear();
   bool first = true;
   for (const byte_buffer& b : c.out) {
@@ -301,6 +318,8 @@ void http_server::impl::write_once(connection& c) {
   }
   if (!c.out.empty()) {
     arm_write(c);
+  } else if (c.file) {
+    mark_dirty(c);  // the file's next part, on the next pass
   }
   check_drained(c);
   settle(c);

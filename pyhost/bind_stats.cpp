@@ -85,6 +85,7 @@ pair_stats_snapshot snapshot_from(const py::handle& item, std::uint32_t position
   CADELOOP_FIELD(app_parks);
   CADELOOP_FIELD(loop_ticks);
   CADELOOP_FIELD(app_errors);
+  CADELOOP_FIELD(concurrency_refusals);
   CADELOOP_FIELD(stuck_episodes);
   CADELOOP_FIELD(latency_count);
   CADELOOP_FIELD(latency_sum_us);

@@ -97,6 +97,24 @@ void app_side::send(net::connection_id conn, std::uint32_t request, net::byte_bu
   (void)bytes.release();  // the ring owns them now
 }
 
+void app_side::send_file(net::connection_id conn, std::uint32_t request, int fd,
+                         std::uint64_t offset, std::uint64_t length, send_options options) {
+  net::byte_buffer spec{sizeof(file_send)};
+  const file_send f{fd, offset, length};
+  std::memcpy(spec.data(), &f, sizeof f);
+  outbound_command cmd;
+  cmd.kind = outbound_kind::send_file;
+  cmd.conn = conn;
+  cmd.request = request;
+  cmd.end_of_response = true;
+  cmd.keep_alive = options.keep_alive;
+  cmd.status = options.status;
+  cmd.data = spec.data();
+  cmd.size = spec.size();
+  stage(cmd);
+  (void)spec.release();  // the ring owns them now
+}
+
 void app_side::consumed(net::connection_id conn, std::uint64_t bytes) {
   outbound_command cmd;
   cmd.kind = outbound_kind::consumed;

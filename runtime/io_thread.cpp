@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -279,6 +280,13 @@ void io_thread::apply(const outbound_command& cmd) {
     case outbound_kind::ws_close:
       server_->ws_close(cmd.conn, cmd.code, std::string_view{bytes.data(), bytes.size()});
       break;
+    case outbound_kind::send_file: {
+      file_send f;
+      std::memcpy(&f, bytes.data(), std::min(sizeof f, bytes.size()));
+      server_->send_file(cmd.conn, cmd.request, f.fd, f.offset, f.length,
+                         net::send_flags{true, cmd.keep_alive, false, cmd.status});
+      break;
+    }
   }
   if (head) {
     server_->recycle_head(cmd.conn, std::move(head));

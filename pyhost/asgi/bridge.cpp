@@ -279,6 +279,7 @@ void bridge::release_python() {
   Py_CLEAR(state_);
   Py_CLEAR(none_ready_);
   Py_CLEAR(last_server_);
+  Py_CLEAR(http_extensions_);
 }
 
 void bridge::set_state(PyObject* state) {

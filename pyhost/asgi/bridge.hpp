@@ -130,6 +130,9 @@ struct request_object {
   bool complete;      // the response is complete (or was replaced/aborted)
   bool disconnected;  // the connection is gone
   bool finished;      // task done and the request forgotten by its connection
+  bool te_trailers;   // the client sent `TE: trailers` (bridge_extensions.cpp)
+  bool trailers;      // http.response.start announced trailers
+  bool body_done;     // the last http.response.body came; trailers may follow
 };
 
 /// The app side's view of one connection (indexed by slot).
@@ -318,6 +321,12 @@ class bridge final : public loop_source {
   PyObject* send_start(request_object* r, PyObject* message);
   PyObject* send_body(request_object* r, PyObject* message);
   bool encode_head(request_object* r, std::optional<std::uint64_t> body_size);
+  // ASGI extensions (bridge_extensions.cpp).
+  bool add_http_extensions(PyObject* scope);
+  PyObject* send_extension(request_object* r, PyObject* type, PyObject* message);
+  PyObject* send_pathsend(request_object* r, PyObject* message);
+  PyObject* send_trailers(request_object* r, PyObject* message);
+  void response_sent(request_object* r);
   void app_error(request_object* r, const char* what, PyObject* exc);
   void finish(request_object* r);
   void release_python();
@@ -336,8 +345,9 @@ class bridge final : public loop_source {
   PyObject* create_future_ = nullptr;  // loop.create_future
   PyObject* scope_template_ = nullptr;
   PyObject* state_ = nullptr;
-  PyObject* none_ready_ = nullptr;   // a reusable awaitable of None
-  PyObject* last_server_ = nullptr;  // cache of scope["server"]
+  PyObject* none_ready_ = nullptr;       // a reusable awaitable of None
+  PyObject* last_server_ = nullptr;      // cache of scope["server"]
+  PyObject* http_extensions_ = nullptr;  // scope["extensions"] of HTTP, copied per request
   net::socket_address last_server_addr_{};
   names n_;
   std::unordered_map<std::string, PyObject*> header_names_;

@@ -109,6 +109,8 @@ void bridge::on_request(runtime::inbound_message& m) {
   r->expect_continue = head.expect_continue();
   r->continue_sent = false;
   r->started = r->head_written = r->complete = r->disconnected = r->finished = false;
+  r->te_trailers = accepts_trailers(head);  // bridge_extensions.cpp
+  r->trailers = r->body_done = false;
   // Linked before anything can fail, so dealloc finds a consistent list.
   r->live_next = &live_;
   r->live_prev = live_.live_prev;
@@ -496,7 +498,7 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
       (put(n_.scheme, PyUnicode_FromString("https")) &&
        (!m.info.tls_info ||
         put(n_.extensions, Py_BuildValue("{s:N}", "tls", tls_extension(*m.info.tls_info)))));
-  if (!ok || !tls_ok ||
+  if (!ok || !tls_ok || (!m.info.websocket && !add_http_extensions(scope)) ||
       !apply_forwarded(scope, n_.client, n_.scheme, options_.proxy, m.info.client, head,
                        m.info.websocket)) {
     Py_DECREF(scope);

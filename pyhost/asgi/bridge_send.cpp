@@ -90,9 +90,13 @@ PyObject* bridge::send(request_object* r, PyObject* message) {
   const bool is_start = str_equal(type, n_.response_start);
   const bool is_body = !is_start && str_equal(type, n_.response_body);
   if (!is_start && !is_body) {
+    if (PyObject* res = send_extension(r, type, message); res != nullptr || PyErr_Occurred()) {
+      return res;  // http.response.pathsend or http.response.trailers (bridge_extensions.cpp)
+    }
     PyErr_Format(PyExc_RuntimeError,
                  "unexpected ASGI message type %R for an HTTP request "
-                 "(expected 'http.response.start' or 'http.response.body')",
+                 "(expected 'http.response.start', 'http.response.body', "
+                 "'http.response.pathsend' or 'http.response.trailers')",
                  type);
     return nullptr;
   }
@@ -137,6 +141,13 @@ PyObject* bridge::send_start(request_object* r, PyObject* message) {
   if (list == nullptr) {
     return nullptr;
   }
+  PyObject* trailers = get_item(message, n_.trailers);
+  const int with_trailers = trailers == nullptr ? 0 : PyObject_IsTrue(trailers);
+  if (with_trailers < 0 || (trailers == nullptr && PyErr_Occurred())) {
+    Py_DECREF(list);
+    return nullptr;
+  }
+  r->trailers = with_trailers != 0;
   r->started = true;
   r->status = static_cast<unsigned>(code);
   Py_XSETREF(r->start_headers, list);
@@ -161,6 +172,7 @@ bool bridge::encode_head(request_object* r, std::optional<std::uint64_t> body_si
   head.status = r->status;
   head.headers = fields;
   head.body_size = body_size;
+  head.trailers = r->trailers && r->te_trailers;  // else they are dropped: chunking is not forced
   const http::encode_status st = r->encoder->write_head(head, scratch_);
   if (!st.ok()) {
     PyErr_Format(PyExc_ValueError, "%s in 'http.response.start'", st.message().c_str());
@@ -174,6 +186,11 @@ bool bridge::encode_head(request_object* r, std::optional<std::uint64_t> body_si
 PyObject* bridge::send_body(request_object* r, PyObject* message) {
   if (!r->started) {
     PyErr_SetString(PyExc_RuntimeError, "'http.response.body' sent before 'http.response.start'");
+    return nullptr;
+  }
+  if (r->body_done) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "'http.response.body' sent after the last one (more_body was False)");
     return nullptr;
   }
   if (!gate_open()) {  // bridge_gate.cpp: the pair has its staged_budget staged
@@ -227,7 +244,9 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     return nullptr;
   }
   std::string tail{f.after_body};
-  if (!more) {
+  // With trailers announced, the response ends with http.response.trailers.
+  const bool ends = !more && !r->trailers;
+  if (ends) {
     const http::encode_status st = r->encoder->finish({}, tail);
     if (!st.ok()) {
       release();
@@ -254,7 +273,7 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     release();
     conn_state* cs = conn_of(r->conn);
     runtime::send_options o;
-    o.end_of_response = !more;
+    o.end_of_response = ends;
     o.keep_alive = r->encoder->keep_alive();
     o.status = with_head ? static_cast<std::uint16_t>(r->status) : std::uint16_t{0};
     if (cs != nullptr) {
@@ -263,7 +282,7 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
         cs->waiting_drain = true;
         o.notify_drained = true;
       }
-      wait = cs->waiting_drain && more;
+      wait = cs->waiting_drain && !ends;
     }
     if (!out.empty() || o.end_of_response) {
       side_.send(r->conn, r->seq, std::move(out), o);
@@ -272,7 +291,8 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     release();
     return PyErr_NoMemory();
   }
-  if (!more) {
+  r->body_done = !more;
+  if (ends) {
     r->complete = true;
     // A receive() waiting for the end learns it now. The waiter is tested
     // here so that the common end of a response makes no call to

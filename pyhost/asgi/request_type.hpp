@@ -27,6 +27,10 @@ extern PyMethodDef send_def;
 /// item's index when the value is not such an iterable (bridge_send.cpp).
 PyObject* header_pair_list(PyObject* headers, const char* event);
 
+/// Whether the request's `TE` header lists `trailers` (bridge_extensions.cpp):
+/// the client takes a trailer section after a chunked body.
+bool accepts_trailers(const http::request_head& head) noexcept;
+
 /// The error of a receive()/send() whose bridge is gone; returns NULL.
 inline PyObject* bridge_gone() {
   PyErr_SetString(PyExc_OSError, "the server is gone");

@@ -186,6 +186,7 @@ py::dict snapshot_dict(const runtime::pair_stats_snapshot& s) {
   d["wakeups_to_io"] = s.wakeups_to_io;
   d["loop_ticks"] = s.loop_ticks;
   d["app_errors"] = s.app_errors;
+  d["concurrency_refusals"] = s.concurrency_refusals;
   d["stuck_episodes"] = s.stuck_episodes;
   d["io_beat_ms"] = s.io_beat_ms;
   d["stuck_since_ms"] = s.stuck_since_ms;
@@ -375,6 +376,7 @@ class server_core {
     pair_->join();
   }
   std::string description() const { return pair_->description(); }
+  void count_concurrency_refusal() { pair_->app().count_concurrency_refusal(); }
   int port() const { return pair_->local_address().port; }
   bool started() const { return started_; }
 
@@ -485,6 +487,8 @@ void register_server(py::module_& m) {
            "Graceful stop: no more accepts, in-flight responses finish within grace. Any thread.")
       .def("join", &server_core::join, "Waits for the I/O thread (the GIL is released meanwhile).")
       .def_property_readonly("description", &server_core::description)
+      .def("count_concurrency_refusal", &server_core::count_concurrency_refusal,
+           "Counts one 503 of limit_concurrency in the pair's stats page. Loop thread.")
       .def_property_readonly("port", &server_core::port)
       .def(
           "source_capsule",

@@ -8,7 +8,9 @@ a server without them calls the app directly (no cost per request).
   (limit+1)-th one running in the pair is not given to the app: a request
   gets `503 Service Unavailable` at once (the I/O thread counts it under 5xx
   in /stats, as any response), and so does a websocket handshake (as
-  uvicorn does), through the websocket.http.response extension.
+  uvicorn does), through the websocket.http.response extension. Each
+  refusal is counted (`on_refused`): `concurrency_refusals` in /stats,
+  `cadeloop_concurrency_refusals_total` in /metrics.
 * `limit_max_requests`: after the pair's N-th request (N drawn once per pair
   from limit .. limit + 10%, so pairs started together are not replaced
   together) `on_reached` is called once; the pair then drains like on
@@ -48,7 +50,7 @@ async def _refuse(scope: dict[str, Any], send: Any) -> None:
 
 
 def admit(app: ASGIApp, limit_concurrency: int | None, max_requests: int | None,
-          on_reached: Callable[[], None]) -> ASGIApp:
+          on_reached: Callable[[], None], on_refused: Callable[[], None] = lambda: None) -> ASGIApp:
     """`app`, or `app` behind the limits that are set (lifespan always passes)."""
     if limit_concurrency is None and max_requests is None:
         return app
@@ -61,6 +63,7 @@ def admit(app: ASGIApp, limit_concurrency: int | None, max_requests: int | None,
             await app(scope, receive, send)
             return
         if limit_concurrency is not None and running >= limit_concurrency:
+            on_refused()
             await _refuse(scope, send)
             return
         if max_requests is not None:

@@ -360,6 +360,11 @@ class PairServer:
             logger.info("shutting down: finishing requests in flight (grace %gs)", self.config.grace)
             self.core.request_stop()
 
+    def _count_refusal(self) -> None:
+        """A 503 of limit_concurrency: counted in the pair's stats page. Loop thread."""
+        if self.core is not None:
+            self.core.count_concurrency_refusal()
+
     def _replace(self) -> None:
         """limit_max_requests reached: drain like on SIGTERM, to be replaced by the supervisor. Loop thread."""
         if self._stopping or self.replaced:
@@ -460,7 +465,7 @@ class PairServer:
         options.update(self.stats_options or {})
         limit = config.limit_max_requests
         app = admit(self.app, config.limit_concurrency, max_requests_for_pair(limit) if limit else None,
-                    lambda: loop.call_soon(self._replace))
+                    lambda: loop.call_soon(self._replace), self._count_refusal)
         reporter = _StackReporter() if config.stuck_timeout else None
         if reporter is not None:
             options["stuck_notify_fd"] = reporter.write_fd

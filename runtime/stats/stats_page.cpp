@@ -70,7 +70,7 @@ void zero(io_loop_counters& c) noexcept {
 
 void zero(app_counters& c) noexcept {
   for (auto* x : {&c.outbound_staged, &c.outbound_published, &c.inbound_taken, &c.parks,
-                  &c.wakeups_to_io, &c.loop_ticks, &c.app_errors}) {
+                  &c.wakeups_to_io, &c.loop_ticks, &c.app_errors, &c.concurrency_refusals}) {
     zero(*x);
   }
 }
@@ -254,6 +254,7 @@ pair_stats_snapshot snapshot(const pair_stats_page& page) noexcept {
   s.app_parks = a.parks.get();
   s.loop_ticks = a.loop_ticks.get();
   s.app_errors = a.app_errors.get();
+  s.concurrency_refusals = a.concurrency_refusals.get();
 
   const watchdog_beats& w = page.watchdog;
   s.stuck_episodes = w.stuck_episodes.get();
@@ -316,7 +317,7 @@ void merge(pair_stats_snapshot& total, const pair_stats_snapshot& b) noexcept {
         &pair_stats_snapshot::ws_bytes_in, &pair_stats_snapshot::ws_bytes_out,
         &pair_stats_snapshot::ws_closes_normal, &pair_stats_snapshot::ws_closes_protocol,
         &pair_stats_snapshot::ws_closes_dropped, &pair_stats_snapshot::ws_closes_other,
-        &pair_stats_snapshot::stuck_episodes}) {
+        &pair_stats_snapshot::stuck_episodes, &pair_stats_snapshot::concurrency_refusals}) {
     total.*field += b.*field;
   }
   for (auto field :

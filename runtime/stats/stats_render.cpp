@@ -147,6 +147,7 @@ void json_counters(json_object& o, const snap& s) {
   o.field("protocol_errors", s.protocol_errors);
   o.field("timeouts", s.timeouts);
   o.field("app_errors", s.app_errors);
+  o.field("concurrency_refusals", s.concurrency_refusals);
   o.field("stale_messages", s.stale_messages);
   o.field("accept_pauses", s.accept_pauses);
   o.field("access_log_dropped", s.access_log_dropped);
@@ -564,6 +565,9 @@ std::string render_prometheus(std::span<const pair_stats_snapshot> pairs,
   per_pair(out, pairs, "cadeloop_app_errors_total", "counter",
            "App exceptions and malformed messages from the app.",
            [](const snap& s) { return s.app_errors; });
+  per_pair(out, pairs, "cadeloop_concurrency_refusals_total", "counter",
+           "Requests and websockets refused with 503 beyond limit_concurrency.",
+           [](const snap& s) { return s.concurrency_refusals; });
   per_pair(out, pairs, "cadeloop_stale_messages_total", "counter",
            "App messages for a connection or request already gone, dropped.",
            [](const snap& s) { return s.stale_messages; });

@@ -340,3 +340,96 @@ def test_config_stub_is_current() -> None:
     committed = Path(__file__).resolve().parents[2] / "pyhost" / "cadeloop" / "config.pyi"
     assert committed.read_text() == stub(), "run scripts/gen-config-doc"
     assert "    proxy_headers: bool = True," in stub()
+
+
+# ---------------------------------------------------------------------- counters and refusals
+
+def test_limit_concurrency_refusals_are_counted_in_stats_and_metrics(tmp_path: Path) -> None:
+    import re
+    import threading
+
+    srv = ServerProcess("cores_app:app", "--limit-concurrency", "1", "--stats-port", "0", tmp=tmp_path).start()
+    try:
+        stats_port = int(srv.wait_log(r"stats endpoint on http://127\.0\.0\.1:(\d+)/").group(1))
+        codes: list[int] = []
+        lock = threading.Lock()
+
+        def one() -> None:
+            r = httpx.get(srv.url + "/slow", params={"delay": "1.0"}, timeout=20)
+            with lock:
+                codes.append(r.status_code)
+
+        threads = [threading.Thread(target=one) for _ in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        refused = codes.count(503)
+        assert sorted(codes) == [200] + [503] * 4, codes
+        stats = httpx.get(f"http://127.0.0.1:{stats_port}/stats", timeout=10).json()
+        assert stats["totals"]["concurrency_refusals"] == refused, stats["totals"]
+        assert [p["concurrency_refusals"] for p in stats["pairs"]] == [refused], stats["pairs"]
+        metrics = httpx.get(f"http://127.0.0.1:{stats_port}/metrics", timeout=10).text
+        assert re.search(r'^cadeloop_concurrency_refusals_total\{pair="0"\} 4$', metrics, re.M), metrics
+        assert "# TYPE cadeloop_concurrency_refusals_total counter" in metrics
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+def test_no_refusal_counted_without_the_limit(tmp_path: Path) -> None:
+    srv = ServerProcess("cores_app:app", "--stats-port", "0", tmp=tmp_path).start()
+    try:
+        stats_port = int(srv.wait_log(r"stats endpoint on http://127\.0\.0\.1:(\d+)/").group(1))
+        assert httpx.get(srv.url + "/slow", params={"delay": "0"}, timeout=10).status_code == 200
+        stats = httpx.get(f"http://127.0.0.1:{stats_port}/stats", timeout=10).json()
+        assert stats["totals"]["concurrency_refusals"] == 0
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+def _access_lines(path: Path, count: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= count:
+            return [json.loads(line) for line in lines]
+        time.sleep(0.05)
+    raise AssertionError(path.read_text() if path.exists() else "no access log")
+
+
+def test_http2_prior_knowledge_preface_is_refused_and_closed(tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    srv = ServerProcess("cores_app:app", "--access-log", "--access-log-format", "json", "--access-log-file",
+                        str(log), "--stats-port", "0", tmp=tmp_path).start()
+    try:
+        stats_port = int(srv.wait_log(r"stats endpoint on http://127\.0\.0\.1:(\d+)/").group(1))
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
+            # The connection preface, then a SETTINGS frame, as an h2c client with prior knowledge sends.
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            got = b""
+            while chunk := s.recv(4096):
+                got += chunk
+        assert time.monotonic() - started < 5  # answered and closed, never a hang
+        assert got.startswith(b"HTTP/1.1 505 "), got
+        assert b"connection: close" in got.lower() and b"\r\n\r\nHTTP version not supported\n" in got
+        records = _access_lines(log, 1)
+        assert len(records) == 1 and records[0]["status"] == 505, records
+        stats = httpx.get(f"http://127.0.0.1:{stats_port}/stats", timeout=10).json()["totals"]
+        assert stats["protocol_errors"] == 1, stats
+        assert httpx.get(srv.url + "/slow", params={"delay": "0"}, timeout=10).status_code == 200
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+def test_413_has_its_access_log_line_with_method_and_path(tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    srv = ServerProcess("cores_app:app", "--max-body", "1000", "--access-log", "--access-log-format", "json",
+                        "--access-log-file", str(log), tmp=tmp_path).start()
+    try:
+        r = httpx.post(srv.url + "/echo?x=1", content=b"x" * 5000, timeout=10)
+        assert r.status_code == 413 and r.headers["connection"] == "close"
+        records = _access_lines(log, 1)
+        assert [(x["status"], x["method"], x["path"]) for x in records] == [(413, "POST", "/echo")], records
+    finally:
+        assert srv.stop() == 0, srv.log()

@@ -158,6 +158,12 @@ class request_parser {
 
   /// Why the request was rejected, valid after feed() returned `error`. I/O thread.
   [[nodiscard]] const parse_error& error() const noexcept { return error_; }
+  /// After feed() returned `error` for a head rejected once complete (413 for
+  /// its Content-Length, a missing Host, ...): that head (method, target,
+  /// fields), never handed out as an event, e.g. for the access log line of
+  /// the error response; null otherwise. Valid until the next feed() or
+  /// reset(). I/O thread.
+  [[nodiscard]] const request_head* rejected_head() const noexcept { return rejected_head_; }
   /// True while a request has started but not completed (an EOF now means a
   /// truncated request). I/O thread.
   [[nodiscard]] bool mid_message() const noexcept { return phase_ != phase::idle; }
@@ -265,6 +271,7 @@ class request_parser {
   std::size_t heads_used_ = 0;
   std::size_t trailers_used_ = 0;
   request_head* head_ = nullptr;           // head being parsed (slot heads_used_ - 1)
+  const request_head* rejected_head_ = nullptr;  // see rejected_head()
   header_block* trailer_block_ = nullptr;  // trailers being parsed (slot trailers_used_ - 1)
 
   // Absolute stream positions: stream_base_ is the offset of feed_begin_.

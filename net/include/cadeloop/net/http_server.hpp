@@ -199,6 +199,14 @@ class http_server {
   /// Returns false and drops the bytes when the connection or request is
   /// gone. I/O thread.
   bool send(connection_id conn, std::uint32_t request, byte_buffer&& bytes, send_flags flags);
+  /// Sends `length` bytes of the open file `fd` from `offset` as the rest of
+  /// the response of `request` (after the bytes sent for it before; ASGI
+  /// `http.response.pathsend`): written as the socket takes them, with
+  /// sendfile(2) on plain TCP and in bounded reads over TLS, under the write
+  /// timeout. Takes `fd` (closed when done or on failure); `flags.end_of_response`
+  /// must be set. Returns false when the connection or request is gone. I/O thread.
+  bool send_file(connection_id conn, std::uint32_t request, int fd, std::uint64_t offset,
+                 std::uint64_t length, send_flags flags);
   /// The app consumed `bytes` of body: reading resumes once the unconsumed
   /// bytes are within the window. Returns false when the connection is gone. I/O thread.
   bool consume(connection_id conn, std::uint64_t bytes);

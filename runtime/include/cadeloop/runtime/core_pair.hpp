@@ -135,6 +135,13 @@ class app_side {
   /// before taking `bytes` (the caller keeps them then). App thread.
   void send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes,
             send_options options = {});
+  /// Stages "send `length` bytes of the open file `fd` from `offset` as the
+  /// rest of the response" (after the head, sent with `send`); the I/O
+  /// thread writes them as the socket takes them and closes `fd` (see
+  /// net::http_server::send_file). `options.end_of_response` is implied.
+  /// Throws std::bad_alloc before taking `fd` (the caller closes it then). App thread.
+  void send_file(net::connection_id conn, std::uint32_t request, int fd, std::uint64_t offset,
+                 std::uint64_t length, send_options options = {});
   /// Stages "the app consumed `bytes` body bytes of `conn`". May throw
   /// std::bad_alloc. App thread.
   void consumed(net::connection_id conn, std::uint64_t bytes);
@@ -178,6 +185,8 @@ class app_side {
   /// Counts an app error (an exception in the app, a malformed message) in
   /// the pair's stats page. App thread.
   void count_app_error() noexcept { ch_.page.app.app_errors.add(); }
+  /// Counts a request or websocket refused by limit_concurrency. App thread.
+  void count_concurrency_refusal() noexcept { ch_.page.app.concurrency_refusals.add(); }
 
   /// True once the I/O thread has finished (after its last messages, which
   /// are published before this turns true). App thread (any thread may ask).

@@ -73,6 +73,14 @@ enum class outbound_kind : std::uint8_t {
   ws_send,      ///< one WebSocket message (`text`; `notify_drained` as for send)
   ws_consumed,  ///< the app took one WebSocket message (reading resumes under the queue limit)
   ws_close,     ///< start the close handshake with `code` and the reason in `data`
+  send_file,    ///< the rest of a response from a file: `data` holds a `file_send`
+};
+
+/// What a `send_file` command's `data` carries (copied in with memcpy).
+struct file_send {
+  int fd = -1;  ///< open for reading; the I/O thread closes it
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
 };
 
 /// The raw outbound ring item. Plain data: `data` is bytes from `new char[]`

@@ -62,6 +62,7 @@ struct alignas(64) app_counters {
   counter wakeups_to_io;       ///< eventfd writes by the app that woke the I/O thread
   counter loop_ticks;          ///< passes of the app's loop (one flush() each)
   counter app_errors;          ///< app exceptions and malformed messages (reported by the app side)
+  counter concurrency_refusals;  ///< requests and websockets refused with 503 by limit_concurrency
 };
 
 /// The watchdog's beats. `app_busy` is written by the app thread (1 while it
@@ -207,6 +208,7 @@ struct pair_stats_snapshot {
   std::uint64_t app_parks = 0;
   std::uint64_t loop_ticks = 0;
   std::uint64_t app_errors = 0;
+  std::uint64_t concurrency_refusals = 0;  ///< 503s of limit_concurrency
 
   // Watchdog.
   std::uint64_t stuck_episodes = 0;  ///< times the pair was marked stuck
