@@ -131,7 +131,6 @@ struct connection {
   std::size_t rbeg = 0;
   std::size_t rend = 0;
   bool read_armed = false;
-  bool read_lent = false;  // rbuf is the buffer of a pending read (arm_read's read in place)
   bool read_eof = false;
   bool drain_probed = false;  // the drain looked for bytes already sent before closing it idle
   bool parser_paused = false;

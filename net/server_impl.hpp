@@ -166,8 +166,6 @@ class http_server::impl {
   // (the kernel's receive window then pushes back on the client).
   void arm_read(connection& c);
   void on_readable(connection_id id, const error_code& ec);
-  // The end of a read armed in place (the bytes are already in c.rbuf).
-  void on_read(connection_id id, const error_code& ec, std::size_t n);
 
   // One non-blocking read and what follows from it (parsing, settling).
   void read_available(connection& c);
@@ -347,7 +345,6 @@ class http_server::impl {
   std::vector<connection_id> dirty_swap_;
   std::vector<asio::const_buffer> iov_;
   std::vector<std::unique_ptr<char[]>> buffer_pool_;
-  std::size_t lent_reads_ = 0;  // connections whose rbuf a pending read holds (read_lent)
   std::unique_ptr<char[]> discard_;
   std::string scratch_;
   std::string ws_scratch_;

@@ -13,12 +13,6 @@ namespace cadeloop::net {
 // Waits for readability rather than reading into a buffer: an idle
 // connection holds no read buffer, and not re-arming is how reading stops
 // (the kernel's receive window then pushes back on the client).
-//
-// A plain HTTP connection reads in place instead while few buffers are lent
-// (at most read_buffer_pool_max, what the pool may hold anyway): Asio starts
-// a wait with EPOLL_CTL_MOD every time, but a read on a descriptor whose
-// last read came out short is queued with no system call, and the edge that
-// ends it reads at once. That is one epoll_ctl less per request.
 void http_server::impl::arm_read(connection& c) {
   if (c.read_armed) {
     return;
@@ -28,64 +22,8 @@ void http_server::impl::arm_read(connection& c) {
     return;
   }
   const connection_id id = c.id();
-  if (!tls_ && !c.ws && c.phase == conn_phase::open && c.rend < opt_.read_buffer_size &&
-      (c.rbuf || lent_reads_ < read_buffer_pool_max)) {
-    if (!c.rbuf) {
-      c.rbuf = take_buffer();
-    }
-    c.read_lent = true;
-    ++lent_reads_;
-    c.socket->async_read_some(
-        asio::buffer(c.rbuf.get() + c.rend, opt_.read_buffer_size - c.rend),
-        [this, id](const error_code& ec, std::size_t n) { on_read(id, ec, n); });
-    return;
-  }
   c.socket->async_wait(asio::socket_base::wait_read,
                        [this, id](const error_code& ec) { on_readable(id, ec); });
-}
-
-void http_server::impl::on_read(connection_id id, const error_code& ec, std::size_t n) {
-  if (ec == asio::error::operation_aborted) {
-    return;  // closed, or cancelled by read_available (which took over)
-  }
-  connection* c = lookup(id, true);
-  if (c == nullptr) {
-    return;
-  }
-  c->read_armed = false;
-  c->read_lent = false;
-  --lent_reads_;
-  if (c->phase == conn_phase::lingering) {
-    // What a lingering connection reads is discarded (linger_read).
-    c->rbeg = c->rend = 0;
-    give_buffer(*c);
-    c->lingered += n;
-    if (ec || c->lingered > opt_.linger_max_bytes) {
-      close_now(*c);  // eof: the client read our answer and closed; the normal end
-      return;
-    }
-    arm_read(*c);
-    return;
-  }
-  if (ec == asio::error::eof) {
-    c->read_eof = true;
-    settle(*c);
-    return;
-  }
-  if (ec) {
-    close_now(*c);  // reset by peer and the like: nothing can be answered
-    return;
-  }
-  ctr_.bytes_in.add(n);
-  if (c->no_more_requests && !c->ws) {
-    n = 0;  // past the last request (a close decided while the read waited): ignored
-  }
-  c->rend += n;
-  if (c->tkind == timer_kind::body && note_body_progress(*c, n)) {
-    return;  // cut: slower than body_min_rate
-  }
-  process_input(*c);
-  settle(*c);
 }
 
 void http_server::impl::on_readable(connection_id id, const error_code& ec) {
@@ -114,15 +52,6 @@ void http_server::impl::on_readable(connection_id id, const error_code& ec) {
 
 // One non-blocking read and what follows from it (parsing, settling).
 void http_server::impl::read_available(connection& c) {
-  if (c.read_lent) {
-    // A read in place is pending on this buffer (the drain's probe): it
-    // gives way, so that two reads never share the buffer.
-    error_code ignored;
-    c.socket->cancel(ignored);
-    c.read_lent = false;
-    c.read_armed = false;
-    --lent_reads_;
-  }
   if (!c.rbuf) {
     c.rbuf = take_buffer();
   }
@@ -180,13 +109,6 @@ std::unique_ptr<char[]> http_server::impl::take_buffer() {
 }
 
 void http_server::impl::give_buffer(connection& c) {
-  if (c.read_lent) {
-    if (c.socket) {
-      return;  // a pending read writes into it: on_read gives it back
-    }
-    c.read_lent = false;  // closed: the read can no longer touch it
-    --lent_reads_;
-  }
   if (c.rbuf && buffer_pool_.size() < read_buffer_pool_max) {
     buffer_pool_.push_back(std::move(c.rbuf));
   }

@@ -1,8 +1,9 @@
-"""What a client sees of the HTTP hot path's shortcuts (issue 16).
+"""What a client sees of the HTTP hot path (issue 16).
 
-- Reads are armed as reads in place (net/server_read.cpp): a pipelined batch in one segment, a close
-  decided while such a read waits, bytes after it, and a graceful stop with idle connections all behave
-  as before: every answer in request order, nothing answered after the last request, a clean close.
+- Pipelining and the end of a connection: a batch of 16 requests in one segment behind a slow first one,
+  a close decided while the next read waits, bytes after the last request, and a graceful stop with idle
+  keep-alive connections: every answer in request order, nothing answered after the last request, a clean
+  close.
 - Response bytes freed by the I/O thread stay in the heap (runtime/core_pair.cpp): 64 KiB responses do
   not fault their pages in again each time (counted from the server's /proc/PID/stat, not timed).
 """
