@@ -339,6 +339,9 @@ int bridge::run() {
   }
   if (!gated_.empty()) {
     release_gate();  // bridge_gate.cpp: disconnects and drained notices may have opened it
+    if (!gated_.empty()) {
+      shed_stalled();
+    }
   }
   if (n == 0 && side_.io_stopped() && !side_.has_inbound()) {
     stopped_ = true;

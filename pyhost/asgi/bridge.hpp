@@ -140,6 +140,8 @@ struct conn_state {
   std::uint32_t generation = 0;
   std::uint64_t sent_since_notice = 0;  // response bytes staged since the last drained notice
   bool waiting_drain = false;           // a drained notice was asked for
+  bool shed = false;                    // cut by the staging gate (its disconnect is on the way)
+  std::uint64_t drain_asked = 0;        // the bridge's drain_asks_ when waiting_drain was set
   bool peer_eof = false;                // the client stopped sending (it may be gone)
   PyObject* client = nullptr;           // (host, port) or None; strong
   std::vector<request_object*> active;  // requests in flight, strong references
@@ -227,6 +229,7 @@ struct bridge_stats {
   std::uint64_t app_errors = 0;       ///< app exceptions and malformed messages
   std::uint64_t drain_waits = 0;      ///< send() calls that waited for "drained"
   std::uint64_t gate_waits = 0;       ///< send() calls that waited for the staging gate
+  std::uint64_t gate_cuts = 0;        ///< connections cut because sends waited at the staging gate
   std::uint64_t passes_with_work = 0;
 };
 
@@ -408,6 +411,15 @@ class bridge final : public loop_source {
   PyObject* wait_for_gate(request_object* r, PyObject* message);
   /// Stages held messages in order while the pair is under staged_budget.
   void release_gate();
+  /// With sends still held: cuts the connection that has waited for its
+  /// "drained" notice the longest (its client reads slowest), whose
+  /// disconnect then opens the gate. One per pass.
+  void shed_stalled();
+  std::uint64_t drain_asks_ = 0;  // counts drained notices asked for (orders conn_state::drain_asked)
+  void asked_drain(conn_state& cs) noexcept {
+    cs.waiting_drain = true;
+    cs.drain_asked = ++drain_asks_;
+  }
   /// Drops every held message (the bridge goes away).
   void drop_gate() noexcept;
 };

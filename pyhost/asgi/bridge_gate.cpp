@@ -107,6 +107,33 @@ void bridge::release_gate() {
   }
 }
 
+void bridge::shed_stalled() {
+  conn_state* oldest = nullptr;
+  std::size_t slot = 0;
+  for (std::size_t i = 0; i < conns_.size(); ++i) {
+    conn_state& cs = conns_[i];
+    if (cs.generation == 0 || !cs.waiting_drain || cs.shed ||
+        (oldest != nullptr && cs.drain_asked >= oldest->drain_asked)) {
+      continue;
+    }
+    // Only a connection whose app waits in send() for it to drain: a notice
+    // asked for at the end of a short response is no sign of a slow client.
+    for (const request_object* r : cs.active) {
+      if (r->send_waiter != nullptr && r->gated == nullptr) {
+        oldest = &cs;
+        slot = i;
+        break;
+      }
+    }
+  }
+  if (oldest == nullptr) {
+    return;  // only stale counts hold the gate: drained notices and ends of responses open it
+  }
+  oldest->shed = true;
+  ++stats_.gate_cuts;
+  side_.abort(net::connection_id{static_cast<std::uint32_t>(slot), oldest->generation});
+}
+
 void bridge::drop_gate() noexcept {
   std::deque<request_object*> held = std::move(gated_);
   gated_.clear();

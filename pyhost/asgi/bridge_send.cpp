@@ -279,7 +279,7 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     if (cs != nullptr) {
       set_staged(*cs, cs->sent_since_notice + out.size());
       if (over_staged(*cs, !more) && !cs->waiting_drain) {
-        cs->waiting_drain = true;
+        asked_drain(*cs);
         o.notify_drained = true;
       }
       wait = cs->waiting_drain && !ends;

@@ -485,7 +485,7 @@ PyObject* bridge::ws_send_message(request_object* r, PyObject* message) {
   if (cs != nullptr) {
     set_staged(*cs, cs->sent_since_notice + out.size() + 2);  // a frame has a 2-byte header at least
     if (over_staged(*cs) && !cs->waiting_drain) {
-      cs->waiting_drain = true;
+      asked_drain(*cs);
       notify = true;
     }
     wait = cs->waiting_drain;

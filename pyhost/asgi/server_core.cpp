@@ -398,6 +398,7 @@ class server_core {
       d["app_errors"] = b.app_errors;
       d["drain_waits"] = b.drain_waits;
       d["gate_waits"] = b.gate_waits;
+      d["gate_cuts"] = b.gate_cuts;
       d["app_passes_with_work"] = b.passes_with_work;
       d["active_tasks"] = bridge_->active_tasks();
     }

@@ -60,7 +60,7 @@ class Config:
     body_window: int | str  # request body bytes handed to the app and not yet read before reading pauses
     send_high_mark: int | str  # response bytes per connection after which send() waits for the client
     drain_low_mark: int | str  # unsent response bytes per connection at or below which a waiting send() resumes
-    memory_budget: int | str  # unsent response bytes plus request body bytes not yet read by the app, per pair; above it new requests get 503 and the slowest clients are cut first; at 1.25 times it every send() waits for its connection to drain
+    memory_budget: int | str  # unsent response bytes plus request body bytes not yet read by the app, per pair (the process holds pairs times it); above it new requests get 503 and the slowest clients are cut first; at 1.25 times it a send() of more than 4 KiB waits before its bytes are copied, and the client slowest to read is cut
     ws: str  # WebSockets: auto or on (served), off (an upgrade is an ordinary http request); uvicorn's names are taken too: none is off, websockets, wsproto and websockets-sansio are on
     ws_max_size: int | str  # largest WebSocket message a client may send, after decompression (closed with 1009 above)
     ws_max_queue: int  # WebSocket messages received and not yet taken by the app before reading pauses
@@ -136,7 +136,7 @@ class Config:
         body_window: int | str = 262144,
         send_high_mark: int | str = 1048576,
         drain_low_mark: int | str = 65536,
-        memory_budget: int | str = 268435456,
+        memory_budget: int | str = 67108864,
         ws: str = 'auto',
         ws_max_size: int | str = 16777216,
         ws_max_queue: int = 32,
