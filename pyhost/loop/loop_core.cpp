@@ -31,6 +31,8 @@ void release_objects(loop_state& st) {
   st.ready.clear();
   st.timers.clear([&](timer_handle_object* t) { drop.push_back(reinterpret_cast<PyObject*>(t)); });
   st.xthread.drain([&](PyObject*&& o) noexcept { drop.push_back(o); });
+  drop.insert(drop.end(), st.gil_xthread.begin(), st.gil_xthread.end());
+  st.gil_xthread.clear();
   for (PyObject* o : st.flush_list) {
     reinterpret_cast<transport_object*>(o)->in_flush_list = false;
     drop.push_back(o);
@@ -218,6 +220,11 @@ int loop_traverse(PyObject* self, visitproc visit, void* arg) {
     return 0;
   }
   for (PyObject* o : st->ready) {
+    if (const int rc = traverse_held(*st, o, visit, arg); rc != 0) {
+      return rc;
+    }
+  }
+  for (PyObject* o : st->gil_xthread) {
     if (const int rc = traverse_held(*st, o, visit, arg); rc != 0) {
       return rc;
     }

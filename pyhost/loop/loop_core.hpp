@@ -107,17 +107,20 @@ struct transport_object {
 
 /// The loop's state. Owned by its LoopCore object, touched only by the thread
 /// running the loop, except `xthread` and `parker` (C++ producers), and
-/// `ready` and `ready_pushed`, which call_soon_threadsafe appends to from
-/// other threads while holding the GIL the loop thread needs to touch them.
+/// `gil_xthread` and `ready_pushed`, which call_soon_threadsafe appends to
+/// from other threads while holding the GIL the loop thread needs to touch them.
 struct loop_state {
   loop_state();
 
   runtime::poller poller;
   runtime::parker parker;
   runtime::xthread_queue<PyObject*> xthread;  // handles, strong references
-  // Set by call_soon_threadsafe when it queued onto `ready` directly (its
-  // caller holds this interpreter's GIL): what a spin, which runs without
-  // the GIL, watches besides `xthread`.
+  // call_soon_threadsafe from Python: its caller holds this interpreter's
+  // GIL, which the loop thread holds whenever it touches this queue, so a
+  // plain vector (no node per item, no atomic exchange). Moved onto `ready`
+  // with `xthread`. `ready_pushed` is set by every such push: what a spin,
+  // which runs without the GIL, watches besides `xthread`.
+  std::vector<PyObject*> gil_xthread;  // handles, strong references
   std::atomic<bool> ready_pushed{false};
   std::deque<PyObject*> ready;                // handles, strong references
   runtime::timer_heap<timer_handle_object> timers;  // each holds a reference
@@ -237,6 +240,14 @@ inline bool is_own_handle(const loop_state& st, PyObject* o) {
 /// is visited as an opaque object (kept alive, conservatively).
 int traverse_held(const loop_state& st, PyObject* o, visitproc visit, void* arg);
 
+/// Tracks a context copy a handle kept untracked (make_handle()): once
+/// anything but that handle may hold it. No-op for NULL or a tracked one.
+inline void track_context(PyObject* ctx) {
+  if (ctx != nullptr && !PyObject_GC_IsTracked(ctx)) {
+    PyObject_GC_Track(ctx);
+  }
+}
+
 /// Drops a reference the loop held. The loop's own handles are made
 /// untracked by the cycle collector: while the loop holds one (ready queue,
 /// timer heap, fd table) it is reachable anyway, and most are freed the
@@ -247,6 +258,7 @@ int traverse_held(const loop_state& st, PyObject* o, visitproc visit, void* arg)
 inline void release_handle(const loop_state& st, PyObject* o) {
   if (Py_REFCNT(o) > 1 && is_own_handle(st, o) && !PyObject_GC_IsTracked(o)) {
     PyObject_GC_Track(o);
+    track_context(reinterpret_cast<handle_object*>(o)->context);
   }
   Py_DECREF(o);
 }

@@ -46,6 +46,10 @@ int handle_clear(PyObject* self) {
   Py_CLEAR(h->callback);
   Py_CLEAR(h->args);
   Py_CLEAR(h->loop);
+  // A context copy the handle kept untracked (make_handle()) is tracked
+  // again before it is let go: it may outlive the handle, and CPython's own
+  // deallocator of a context expects it tracked.
+  track_context(h->context);
   Py_CLEAR(h->context);
   Py_CLEAR(h->source_traceback);
   Py_CLEAR(h->repr);
@@ -94,6 +98,7 @@ PyObject* handle_cancelled(PyObject* self, PyObject*) {
 }
 
 PyObject* handle_get_context(PyObject* self, PyObject*) {
+  track_context(as_handle(self)->context);  // shared from now on
   return Py_NewRef(as_handle(self)->context);
 }
 
@@ -188,7 +193,10 @@ PyObject* get_obj(PyObject* o) { return Py_NewRef(o != nullptr ? o : Py_None); }
 PyObject* get_callback(PyObject* self, void*) { return get_obj(as_handle(self)->callback); }
 PyObject* get_args(PyObject* self, void*) { return get_obj(as_handle(self)->args); }
 PyObject* get_loop(PyObject* self, void*) { return get_obj(as_handle(self)->loop); }
-PyObject* get_context(PyObject* self, void*) { return get_obj(as_handle(self)->context); }
+PyObject* get_context(PyObject* self, void*) {
+  track_context(as_handle(self)->context);  // shared from now on
+  return get_obj(as_handle(self)->context);
+}
 PyObject* get_cancelled(PyObject* self, void*) { return PyBool_FromLong(as_handle(self)->cancelled); }
 PyObject* get_repr(PyObject* self, void*) { return get_obj(as_handle(self)->repr); }
 PyObject* get_source_traceback(PyObject* self, void*) {
@@ -353,6 +361,19 @@ int run_handle(handle_object* h) {
 
 int traverse_held(const loop_state& st, PyObject* o, visitproc visit, void* arg) {
   if (is_own_handle(st, o) && Py_REFCNT(o) == 1 && !PyObject_GC_IsTracked(o)) {
+    handle_object* h = as_handle(o);
+    PyObject* ctx = h->context;
+    if (ctx != nullptr && Py_REFCNT(ctx) == 1 && !PyObject_GC_IsTracked(ctx)) {
+      // The handle's own untracked context copy: its variables' values are
+      // the loop's edges too, as the handle's callback and arguments are.
+      Py_VISIT(Py_TYPE(o));
+      Py_VISIT(h->callback);
+      Py_VISIT(h->args);
+      Py_VISIT(h->loop);
+      Py_VISIT(h->source_traceback);
+      Py_VISIT(h->repr);
+      return Py_TYPE(ctx)->tp_traverse(ctx, visit, arg);
+    }
     return handle_traverse(o, visit, arg);
   }
   return visit(o, arg);

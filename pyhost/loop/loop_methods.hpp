@@ -46,8 +46,14 @@ inline PyObject* os_error(const std::error_code& ec) {
   return PyErr_SetFromErrno(PyExc_OSError);
 }
 
-/// Moves what other threads queued onto the ready queue, in their order. Loop thread.
+/// Moves what other threads queued onto the ready queue, in their order
+/// (Python threads' first, then C++ producers'). Loop thread.
 inline void drain_xthread(loop_state& st) {
+  if (!st.gil_xthread.empty()) {
+    st.xthread_items += st.gil_xthread.size();
+    st.ready.insert(st.ready.end(), st.gil_xthread.begin(), st.gil_xthread.end());
+    st.gil_xthread.clear();
+  }
   st.xthread_items += st.xthread.drain([&](PyObject*&& h) noexcept { st.ready.push_back(h); });
 }
 

@@ -190,7 +190,11 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
     // (C++ threads, the I/O thread's ring) from losing a wake-up.
     // An attached source announces on its own parker after ours and
     // re-checks its own ring; if it found work, ours is withdrawn.
-    bool may_sleep = st.parker.try_park([&] { return !st.xthread.empty(); });
+    // gil_xthread is read under the GIL this thread holds: a Python
+    // producer that ran while Python code of this pass let the GIL go is
+    // seen here.
+    bool may_sleep =
+        st.parker.try_park([&] { return !st.xthread.empty() || !st.gil_xthread.empty(); });
     if (may_sleep && st.source != nullptr && !st.source->try_park()) {
       st.parker.cancel_park();
       may_sleep = false;

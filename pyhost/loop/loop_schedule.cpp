@@ -66,7 +66,7 @@ bool debug_checks(PyObject* self, PyObject* callback, const char* method, bool c
 /// or another thread ordered by a lock) runs first, as with asyncio. Costs
 /// one atomic load when the cross-thread queue is empty.
 void push_ready(loop_state& st, PyObject* h) {
-  if (!st.xthread.empty()) {
+  if (!st.gil_xthread.empty() || !st.xthread.empty()) {
     drain_xthread(st);
   }
   st.ready.push_back(h);
@@ -113,10 +113,24 @@ PyObject* make_handle(PyObject* self, loop_state& st, PyObject* type, const call
   for (Py_ssize_t i = 0; i < a.nargs; ++i) {
     PyTuple_SET_ITEM(args, i, Py_NewRef(a.args[i]));
   }
-  PyObject* context = a.context != nullptr ? Py_NewRef(a.context) : PyContext_CopyCurrent();
-  if (context == nullptr) {
-    Py_DECREF(args);
-    return nullptr;
+  PyObject* context = nullptr;
+  if (a.context != nullptr) {
+    context = Py_NewRef(a.context);
+  } else {
+    context = PyContext_CopyCurrent();
+    if (context == nullptr) {
+      Py_DECREF(args);
+      return nullptr;
+    }
+    // The copy is the handle's alone, and the handle is not tracked while
+    // the loop holds it (release_handle()): nor is the copy, or every
+    // collection would walk the context of every queued callback (a burst
+    // of call_soon_threadsafe spent most of its time in the collector). It
+    // is tracked again the moment anything else may hold it: when the handle
+    // is, and when the handle goes away while the copy lives on.
+    if (PyObject_GC_IsTracked(context)) {
+      PyObject_GC_UnTrack(context);
+    }
   }
   handle_object* h = nullptr;
   if (type == st.timer_type) {
@@ -199,23 +213,22 @@ PyObject* loop_call_soon_threadsafe(PyObject* self, PyObject* const* args, Py_ss
   if (h == nullptr) {
     return nullptr;
   }
-#ifndef Py_GIL_DISABLED
-  // The caller holds this interpreter's GIL, and the loop thread touches the
-  // ready queue only while it holds the same GIL: the handle goes straight
-  // onto the ready queue (after what C++ producers queued), with no node to
-  // allocate, no atomic exchange and no drain. A pass already running leaves
-  // it to the next pass, as it counted its callbacks when it began.
-  push_ready(st, Py_NewRef(h));
-  st.ready_pushed.store(true, std::memory_order_release);
-#else
+  Py_INCREF(h);  // the queue's reference
   try {
-    st.xthread.push(Py_NewRef(h));
+#ifndef Py_GIL_DISABLED
+    // The caller holds this interpreter's GIL, and the loop thread touches
+    // gil_xthread only while it holds the same GIL: a plain vector, with no
+    // node to allocate and no atomic exchange.
+    st.gil_xthread.push_back(h);
+    st.ready_pushed.store(true, std::memory_order_release);
+#else
+    st.xthread.push(h);
+#endif
   } catch (const std::bad_alloc&) {
     Py_DECREF(h);
     Py_DECREF(h);
     return PyErr_NoMemory();
   }
-#endif
   // Check before park, producer side: a system call only if the loop sleeps.
   // When it does, the GIL is let go around the write (as socket.send does in
   // asyncio's self-pipe wake): the woken loop thread needs the GIL at once,
