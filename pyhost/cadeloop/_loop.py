@@ -453,7 +453,46 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         try:
             super().close()
         finally:
+            self._cadeloop_objects = None
             self._release_core()
+
+    # --- readers and writers of a file object closed before their removal ----------
+    # asyncio's selector keeps the object add_reader()/add_writer() got and, once its
+    # fileno() is -1, finds it by identity: remove_reader(sock) after sock.close()
+    # still removes the registration (anyio's socket streams do this). The C++ table
+    # is by fd, so the fd of each such object is remembered here.
+
+    _cadeloop_objects: dict[tuple[int, bool], tuple[Any, int]] | None = None
+
+    def add_reader(self, fd: Any, callback: Any, *args: Any) -> None:
+        super().add_reader(fd, callback, *args)
+        self._cadeloop_remember(fd, False)
+
+    def add_writer(self, fd: Any, callback: Any, *args: Any) -> None:
+        super().add_writer(fd, callback, *args)
+        self._cadeloop_remember(fd, True)
+
+    def remove_reader(self, fd: Any) -> bool:
+        self._ensure_fd_no_transport(fd)
+        return bool(self._remove_reader(self._cadeloop_registered_fd(fd, False)))
+
+    def remove_writer(self, fd: Any) -> bool:
+        self._ensure_fd_no_transport(fd)
+        return bool(self._remove_writer(self._cadeloop_registered_fd(fd, True)))
+
+    def _cadeloop_remember(self, fileobj: Any, writer: bool) -> None:
+        if isinstance(fileobj, int):
+            return
+        if self._cadeloop_objects is None:
+            self._cadeloop_objects = {}
+        self._cadeloop_objects[(id(fileobj), writer)] = (fileobj, selectors._fileobj_to_fd(fileobj))
+
+    def _cadeloop_registered_fd(self, fileobj: Any, writer: bool) -> Any:
+        """The fd `fileobj` was registered with (an object's fileno() is -1 once closed)."""
+        if isinstance(fileobj, int) or not self._cadeloop_objects:
+            return fileobj
+        entry = self._cadeloop_objects.pop((id(fileobj), writer), None)
+        return entry[1] if entry is not None and entry[0] is fileobj else fileobj
 
     def stats(self) -> dict[str, Any]:
         """The loop's counters. Loop thread.

@@ -782,3 +782,41 @@ def test_datagram_close_with_pending_sends_as_asyncio() -> None:
     assert ("peer got all, in order", True, True, True) in expected
     # connection_lost waits for the queue: in the context of the send that queued first.
     assert ("client", "connection_lost", "NoneType", "main fill") in expected
+
+
+# --- 5. readers and writers of a socket object closed before their removal -----------
+# (anyio's socket streams close the socket, then remove its reader or writer:
+# its own test suite, tests/conformance/run_peer_suites.py, found this)
+
+
+@pytest.mark.parametrize("family", ["unix-stream", "unix-dgram", "tcp"])
+def test_remove_reader_and_writer_of_a_closed_socket_object(family: str) -> None:
+    async def scenario(out: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        for side in ("reader", "writer"):
+            if family == "tcp":
+                listener = socket.create_server(("127.0.0.1", 0))
+                a = socket.create_connection(listener.getsockname())
+                b, _ = listener.accept()
+                listener.close()
+            else:
+                kind = socket.SOCK_STREAM if family == "unix-stream" else socket.SOCK_DGRAM
+                a, b = socket.socketpair(socket.AF_UNIX, kind)
+            a.setblocking(False)
+            add, remove = (
+                (loop.add_reader, loop.remove_reader) if side == "reader" else (loop.add_writer, loop.remove_writer)
+            )
+            called: list[str] = []
+            add(a, called.append, "ready")
+            await asyncio.sleep(0.01)
+            a.close()  # another callback's close: the registration stays
+            try:
+                out.append((side, "removed", remove(a)))
+            except BaseException as exc:  # noqa: BLE001 - the transcript records it
+                out.append((side, "raised", type(exc).__name__, str(exc)))
+            out.append((side, "removed again", remove(a) if a.fileno() >= 0 else "closed"))
+            await asyncio.sleep(0.01)
+            out.append((side, "called", sorted(set(called))))
+            b.close()
+
+    assert_same_as_asyncio(scenario)
