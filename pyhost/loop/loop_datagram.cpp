@@ -36,6 +36,10 @@ struct datagram_object {
   PyObject_HEAD
   PyObject* loop;      // the LoopCore (strong)
   PyObject* owner;     // a weak reference to the Python transport (which holds the core)
+  // The transport itself, strong until release() (connection_lost): as
+  // asyncio's reader handle holds its transport, the loop's reader (our
+  // read_ready) keeps an open transport alive however its user let go of it.
+  PyObject* owner_ref;
   PyObject* protocol;  // strong until release()
   PyObject* buffer;    // asyncio's write queue (a deque), once attached
   PyObject* address;   // the remote_addr given to create_datagram_endpoint, or NULL
@@ -327,14 +331,15 @@ PyObject* datagram_set_protocol(PyObject* self, PyObject* protocol) {
 
 int datagram_clear(PyObject* self) {
   datagram_object* d = as_datagram(self);
+  Py_CLEAR(d->owner_ref);
   Py_CLEAR(d->protocol);
   Py_CLEAR(d->buffer);
   Py_CLEAR(d->address);
   return 0;
 }
 
-/// After connection_lost: drops the protocol (sendto goes to asyncio's code
-/// from then on, as the connection is lost).
+/// After connection_lost: drops the transport and the protocol (sendto goes
+/// to asyncio's code from then on, as the connection is lost).
 PyObject* datagram_release(PyObject* self, PyObject*) {
   datagram_clear(self);
   Py_RETURN_NONE;
@@ -404,6 +409,7 @@ PyObject* datagram_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   datagram_object* d = as_datagram(self);
   d->loop = Py_NewRef(loop);
   d->owner = weak;
+  d->owner_ref = Py_NewRef(owner);
   d->protocol = nullptr;
   d->buffer = nullptr;
   d->address = nullptr;
@@ -422,6 +428,7 @@ int datagram_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
   Py_VISIT(d->loop);
   Py_VISIT(d->owner);
+  Py_VISIT(d->owner_ref);
   Py_VISIT(d->protocol);
   Py_VISIT(d->buffer);
   Py_VISIT(d->address);

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import os
 import shutil
 import socket
 import ssl
 import sys
 import tempfile
+import weakref
 from typing import Any, Awaitable, Callable
 
 import pytest
@@ -774,6 +776,51 @@ def udp_pending_close_scenario() -> Scenario:
         shutil.rmtree(tmp)
 
     return scenario
+
+
+def udp_unreferenced_scenario() -> Scenario:
+    """An open endpoint nobody keeps a reference to still receives: asyncio's
+    reader holds the transport, as long as it is open."""
+
+    async def scenario(out: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+
+        class Receiver(asyncio.DatagramProtocol):  # keeps no reference to its transport
+            def __init__(self) -> None:
+                self.got: asyncio.Future[bytes] = loop.create_future()
+
+            def datagram_received(self, data: bytes, addr: Any) -> None:
+                out.append(("datagram_received", data, var.get()))
+                if not self.got.done():
+                    self.got.set_result(data)
+
+            def connection_lost(self, exc: BaseException | None) -> None:
+                out.append(("connection_lost", type(exc).__name__, var.get()))
+
+        var.set("receiver")
+        t, p = await loop.create_datagram_endpoint(Receiver, local_addr=("127.0.0.1", 0))
+        var.set("main")
+        addr = t.get_extra_info("sockname")
+        alive = weakref.ref(t)
+        del t
+        gc.collect()
+        out.append(("transport alive after collect", alive() is not None))
+        peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        peer.sendto(b"still here", addr)
+        out.append(("received", await asyncio.wait_for(p.got, 10)))
+        peer.close()
+        t = alive()
+        if t is not None:
+            t.close()
+        await asyncio.sleep(0.01)
+
+    return scenario
+
+
+def test_datagram_endpoint_without_references_keeps_receiving_as_asyncio() -> None:
+    expected = assert_same_as_asyncio(udp_unreferenced_scenario())
+    assert ("transport alive after collect", True) in expected
+    assert ("datagram_received", b"still here", "receiver") in expected
 
 
 def test_datagram_close_with_pending_sends_as_asyncio() -> None:
