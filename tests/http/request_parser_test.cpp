@@ -956,6 +956,28 @@ TEST(request_parser, ContentLengthOverMaxBodyGives413AtTheEndOfTheHead) {
   EXPECT_TRUE(parser.events().empty());  // the head is not handed out
 }
 
+TEST(request_parser, AHeadRefusedWholeIsKeptForTheAccessLogOthersAreNot) {
+  const vector_case& v = vec("body_too_large_cl");
+  request_parser parser{v.plan.limits};
+  ASSERT_EQ(parser.feed(v.input).status, feed_status::error);
+  const request_head* rejected = parser.rejected_head();
+  ASSERT_NE(rejected, nullptr);  // its method and path name the 413's access log line
+  EXPECT_FALSE(rejected->method_name().empty());
+  EXPECT_FALSE(rejected->path().empty());
+  parser.reset();
+  EXPECT_EQ(parser.rejected_head(), nullptr);
+  // Refused before a head was whole (the HTTP/2 preface's request line): none.
+  const vector_case& h2 = vec("h2_preface");
+  request_parser other{h2.plan.limits};
+  ASSERT_EQ(other.feed(h2.input).status, feed_status::error);
+  EXPECT_EQ(other.rejected_head(), nullptr);
+  // A head handed out as an event is not a rejected one.
+  const vector_case& ok = vec("body_too_large_chunked");
+  request_parser third{ok.plan.limits};
+  (void)third.feed(ok.input);
+  EXPECT_EQ(third.rejected_head(), nullptr);
+}
+
 TEST(request_parser, ChunkedBodyOverMaxBodyGives413AsSoonAsTheTotalPassesIt) {
   const vector_case& v = vec("body_too_large_chunked");
   request_parser parser{v.plan.limits};
