@@ -48,6 +48,8 @@ NOT_FOR_THE_PAIR = {
     "reload_dirs": "the watcher (cadeloop._reload)",
     "reload_include": "the watcher (cadeloop._reload)",
     "reload_exclude": "the watcher (cadeloop._reload)",
+    "serving_processes": "the supervisor spreads the sub-interpreter pairs over them (cadeloop._host)",
+    "drain_delay": "the supervisor (or the one pair) waits it out before asking the pairs to drain",
 }
 
 #: Values a generic choice would not make valid or telling.
