@@ -298,7 +298,9 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
 
 
 # Whether asyncio's _make_datagram_transport refuses an fd another transport uses.
-_DATAGRAM_CHECKS_FD = "_ensure_fd_no_transport" in selector_events.BaseSelectorEventLoop._make_datagram_transport.__code__.co_names
+_DATAGRAM_CHECKS_FD = (
+    "_ensure_fd_no_transport" in selector_events.BaseSelectorEventLoop._make_datagram_transport.__code__.co_names
+)
 
 
 class _DatagramTransport(selector_events._SelectorDatagramTransport):  # type: ignore[misc,name-defined]

@@ -23,6 +23,7 @@ import socket
 import ssl
 import sys
 import tempfile
+import threading
 import weakref
 from typing import Any, Awaitable, Callable
 
@@ -867,3 +868,57 @@ def test_remove_reader_and_writer_of_a_closed_socket_object(family: str) -> None
             b.close()
 
     assert_same_as_asyncio(scenario)
+
+
+# --- 6. call_soon_threadsafe among the loop's other callbacks -----------------------
+
+
+def threadsafe_order_scenario() -> Scenario:
+    """call_soon_threadsafe from the loop's own thread and from another one,
+    interleaved with call_soon and due timers: the order callbacks run in,
+    and the context each sees."""
+
+    async def scenario(out: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def rec(name: str) -> None:
+            out.append((name, var.get()))
+
+        def first_pass() -> None:
+            var.set("pass 1")
+            loop.call_soon(rec, "soon 1")
+            loop.call_soon_threadsafe(rec, "threadsafe 1")
+            loop.call_later(0, rec, "timer 0")
+            loop.call_soon(rec, "soon 2")
+            loop.call_soon_threadsafe(rec, "threadsafe 2")
+            loop.call_soon_threadsafe(nested)
+
+        def nested() -> None:
+            var.set("nested")
+            loop.call_soon_threadsafe(rec, "threadsafe from a callback")
+            loop.call_soon(rec, "soon from a callback")
+
+        var.set("main")
+        loop.call_soon(first_pass)
+        await asyncio.sleep(0.01)
+
+        def from_thread() -> None:
+            var.set("thread")
+            loop.call_soon_threadsafe(rec, "threadsafe from a thread")
+            loop.call_soon_threadsafe(done.set_result, None)
+
+        t = threading.Thread(target=from_thread)
+        t.start()
+        await asyncio.wait_for(done, 10)
+        t.join()
+        out.append(("main after", var.get()))
+
+    return scenario
+
+
+def test_call_soon_threadsafe_order_and_context_as_asyncio() -> None:
+    expected = assert_same_as_asyncio(threadsafe_order_scenario())
+    names = [e[0] for e in expected]
+    assert names.index("soon 1") < names.index("threadsafe 1") < names.index("soon 2") < names.index("threadsafe 2")
+    assert ("threadsafe from a thread", "thread") in expected
