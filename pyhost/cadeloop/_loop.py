@@ -236,6 +236,15 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
             self._loop.call_soon(self._call_connection_lost, None)
         # Otherwise the flush that empties the buffer calls connection_lost.
 
+    def abort(self) -> None:
+        # asyncio's write() sends at once what the socket takes and abort() loses
+        # only the rest; this transport's writes go out at the end of the pass,
+        # so what asyncio would have sent already is sent before the abort.
+        # (Not once closing: a flush that drains would call connection_lost itself.)
+        if not self._closing and not self._conn_lost and self._core.buffer_size:
+            self._core.flush()
+        super().abort()
+
     def _force_close(self, exc: BaseException | None) -> None:
         if self._conn_lost:
             return

@@ -52,9 +52,53 @@ markers =
     network: marks tests as requiring Internet access
 """,
     },
+    "aiohttp": {
+        "version": "3.14.5",
+        "sha256": "5558a7f5a05af9ecf744af91e5baefc436f93c9333e656c27ec253f9a6bbe178",
+        # aiohttp's client/server tests: real servers and clients over
+        # loopback (HTTP, WebSocket, sendfile). Its pytest plugin's "pyloop"
+        # is asyncio.new_event_loop, so the policy decides the loop.
+        "pytest_args": [
+            "-p", "pytest_mock",
+            "-m", "not dev_mode and not autobahn and not internal",
+            "tests/test_client_functional.py",
+            "tests/test_web_functional.py",
+            "tests/test_client_ws_functional.py",
+            "tests/test_web_websocket_functional.py",
+            "tests/test_web_sendfile_functional.py",
+        ],
+        "left_out": {
+            "the other test modules": "aiohttp's parsers, helpers, cookie jar, multipart and so on, "
+            "tested with mock loops or none (thousands of tests, minutes) say nothing about a loop; "
+            "the benchmarks and the autobahn suite need codspeed and docker",
+        },
+        "ini": """\
+[pytest]
+xfail_strict = true
+empty_parameter_set_mark = xfail
+filterwarnings =
+    error
+    ignore:Unclosed client session <aiohttp.client.ClientSession object at 0x:ResourceWarning
+    ignore:coroutine method 'aclose' of 'BodyPartReader._decode_content_async' was never awaited:RuntimeWarning
+    ignore:aiohttp.pytest_plugin will be removed in v4:DeprecationWarning
+markers =
+    autobahn: Autobahn testsuite. Should be run as a separate job.
+    dev_mode: mark test to run in dev mode.
+    internal: tests which may cause issues for packagers, but should be run in aiohttp's CI.
+    skip_blockbuster: mark test to skip the blockbuster fixture.
+""",
+    },
 }
 
 # suite -> {test node id: why it passes on asyncio and fails on cadeloop}
 KNOWN_DIFFERENCES: dict[str, dict[str, str]] = {
     "anyio": {},
+    "aiohttp": {
+        "tests/test_web_functional.py::test_keepalive_expires_on_time[pyloop]": (
+            "moves the loop's clock with mock.patch.object(loop, 'time', ...) and expects the "
+            "keep-alive timer to fire: asyncio's Python _run_once reads self.time(), so a patched "
+            "attribute moves its timers; cadeloop's timers are scheduled and fired in C++ on "
+            "CLOCK_MONOTONIC and never look the attribute up (loop.time() itself is the same clock)"
+        ),
+    },
 }

@@ -141,7 +141,13 @@ def run_suite(name: str, timeout: float, limit: float) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     running = {mode: start(name, src, suite, mode, timeout, work) for mode in MODES}
-    runs = {mode: finish(*running[mode], limit) for mode in MODES}
+    try:
+        runs = {mode: finish(*running[mode], limit) for mode in MODES}
+    finally:
+        for proc, _, _ in running.values():
+            if proc.poll() is None:  # the other run, when one ran out of time
+                proc.kill()
+                proc.wait()
     on_asyncio, on_cadeloop = runs["asyncio"], runs["cadeloop"]
     passing = sorted(t for t, e in on_asyncio.items() if e["outcome"] == "passed")
     lost = [t for t in passing if on_cadeloop.get(t, {}).get("outcome") != "passed"]
@@ -178,7 +184,7 @@ def main() -> int:
     parser.add_argument("suites", nargs="*", default=list(SUITES), help="suites to run (default: all)")
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--timeout", type=float, default=20.0, help="per-test timeout in seconds")
-    parser.add_argument("--limit", type=float, default=420.0, help="whole-run limit per suite and loop, seconds")
+    parser.add_argument("--limit", type=float, default=900.0, help="whole-run limit per suite and loop, seconds")
     args = parser.parse_args()
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:

@@ -922,3 +922,37 @@ def test_call_soon_threadsafe_order_and_context_as_asyncio() -> None:
     names = [e[0] for e in expected]
     assert names.index("soon 1") < names.index("threadsafe 1") < names.index("soon 2") < names.index("threadsafe 2")
     assert ("threadsafe from a thread", "thread") in expected
+
+
+# --- 7. write() then abort() in one callback ------------------------------------------
+# (aiohttp's WebSocket tests write the handshake's reply and abort the
+# transport in one callback: its own test suite, run_peer_suites.py, found this)
+
+
+def test_write_then_abort_sends_what_asyncio_sends() -> None:
+    async def scenario(out: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+
+        class WriteThenAbort(asyncio.Protocol):
+            def connection_made(self, transport: Any) -> None:
+                transport.write(b"before abort")
+                transport.abort()
+                transport.write(b"after abort")
+
+            def connection_lost(self, exc: BaseException | None) -> None:
+                out.append(("server connection_lost", type(exc).__name__))
+
+        server = await loop.create_server(WriteThenAbort, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        got = b""
+        try:
+            while chunk := await asyncio.wait_for(reader.read(1 << 16), 2):
+                got += chunk
+            out.append(("client read", got))
+        except BaseException as exc:  # noqa: BLE001 - the transcript records it
+            out.append(("client read", got, "raised", type(exc).__name__))
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    assert_same_as_asyncio(scenario)
