@@ -85,6 +85,15 @@ def test_pathsend_sends_the_whole_file(serve: Any, big_file: Path, route: str) -
     assert "Traceback" not in srv.log()
 
 
+def test_pathsend_on_every_core(serve: Any, big_file: Path) -> None:
+    """Two pairs (sub-interpreters on 3.13 under auto, processes on 3.11): each sends the file whole."""
+    srv = serve("--cores", "2")
+    digest = sha256_of(big_file)
+    for _ in range(6):  # fresh connections, spread over both pairs by the kernel
+        r, got, n = fetch(f"{srv.url}/starlette", params={"file": str(big_file)})
+        assert r.status_code == 200 and n == big_file.stat().st_size and got == digest
+
+
 def test_pathsend_small_empty_and_head(serve: Any, tmp_path: Path) -> None:
     srv = serve()
     small = tmp_path / "small.txt"
