@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import ssl
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -264,6 +265,14 @@ def test_trailers_sent_to_a_client_that_asked(serve: Any) -> None:
         s.sendall(b"GET /extensions HTTP/1.1\r\nHost: x\r\n\r\n")
         status, _, body = read_response(f)
         assert status == 200 and b"pathsend" in body
+    # curl with --raw shows the chunked body and the trailer section as they came.
+
+
+    out = subprocess.run(["curl", "-sS", "--raw", "-H", "TE: trailers", srv.url + "/trailers?chunks=2"],
+                         capture_output=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.endswith(b"0\r\nx-checksum: abc123\r\nx-count: 2\r\n\r\n"), out.stdout
+    assert b"part 0\n" in out.stdout and b"part 1\n" in out.stdout
 
 
 def test_trailers_dropped_without_te_trailers(serve: Any) -> None:
