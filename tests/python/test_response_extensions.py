@@ -266,8 +266,6 @@ def test_trailers_sent_to_a_client_that_asked(serve: Any) -> None:
         status, _, body = read_response(f)
         assert status == 200 and b"pathsend" in body
     # curl with --raw shows the chunked body and the trailer section as they came.
-
-
     out = subprocess.run(["curl", "-sS", "--raw", "-H", "TE: trailers", srv.url + "/trailers?chunks=2"],
                          capture_output=True, timeout=20)
     assert out.returncode == 0, out.stderr
