@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import ssl
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -83,6 +84,15 @@ def test_pathsend_sends_the_whole_file(serve: Any, big_file: Path, route: str) -
             r = c.get(f"/{route}", params={"file": str(big_file)})
             assert hashlib.sha256(r.content).hexdigest() == digest
     assert "Traceback" not in srv.log()
+
+
+def test_pathsend_on_every_core(serve: Any, big_file: Path) -> None:
+    """Two pairs (sub-interpreters on 3.13 under auto, processes on 3.11): each sends the file whole."""
+    srv = serve("--cores", "2")
+    digest = sha256_of(big_file)
+    for _ in range(6):  # fresh connections, spread over both pairs by the kernel
+        r, got, n = fetch(f"{srv.url}/starlette", params={"file": str(big_file)})
+        assert r.status_code == 200 and n == big_file.stat().st_size and got == digest
 
 
 def test_pathsend_small_empty_and_head(serve: Any, tmp_path: Path) -> None:
@@ -255,6 +265,12 @@ def test_trailers_sent_to_a_client_that_asked(serve: Any) -> None:
         s.sendall(b"GET /extensions HTTP/1.1\r\nHost: x\r\n\r\n")
         status, _, body = read_response(f)
         assert status == 200 and b"pathsend" in body
+    # curl with --raw shows the chunked body and the trailer section as they came.
+    out = subprocess.run(["curl", "-sS", "--raw", "-H", "TE: trailers", srv.url + "/trailers?chunks=2"],
+                         capture_output=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.endswith(b"0\r\nx-checksum: abc123\r\nx-count: 2\r\n\r\n"), out.stdout
+    assert b"part 0\n" in out.stdout and b"part 1\n" in out.stdout
 
 
 def test_trailers_dropped_without_te_trailers(serve: Any) -> None:
