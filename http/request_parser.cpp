@@ -511,7 +511,7 @@ void request_parser::classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos
     status = 505;
     reason = "HTTP version not supported";
   } else if (err == HPE_PAUSED_H2_UPGRADE) {
-    status = 505;
+    status = 400;
     reason = "HTTP/2 is not supported";
   } else if (err == HPE_PAUSED_UPGRADE) {
     status = 501;
@@ -664,6 +664,10 @@ int request_parser::on_version_complete() {
   // llhttp also takes RTSP/ and ICE/ request lines, and HTTP 0.9 and 2.0.
   if (!http) {
     return fail(400, "unsupported protocol (only HTTP)");
+  }
+  if (parser_.http_major == 2 && parser_.method == HTTP_PRI) {
+    // An h2c client with prior knowledge: its mistake, so a client error (4xx).
+    return fail(400, "HTTP/2 is not supported");
   }
   if (parser_.http_major != 1 || parser_.http_minor > 1) {
     return fail(505, "HTTP version not supported");

@@ -819,7 +819,11 @@ TEST(request_parser, RejectsOtherVersionsWith505) {
   expect_rejected("version_09", 505);
   expect_rejected("version_12", 505);
   expect_rejected("version_30", 505);
-  expect_rejected("h2_preface", 505);
+}
+
+TEST(request_parser, RefusesTheHttp2PrefaceAsAClientError) {
+  // An h2c client with prior knowledge is the client's mistake: 400, not a 5xx.
+  expect_rejected("h2_preface", 400);
 }
 
 TEST(request_parser, RejectsGarbageVersionsWith400) {

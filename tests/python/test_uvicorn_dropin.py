@@ -411,12 +411,13 @@ def test_http2_prior_knowledge_preface_is_refused_and_closed(tmp_path: Path) -> 
             while chunk := s.recv(4096):
                 got += chunk
         assert time.monotonic() - started < 5  # answered and closed, never a hang
-        assert got.startswith(b"HTTP/1.1 505 "), got
-        assert b"connection: close" in got.lower() and b"\r\n\r\nHTTP version not supported\n" in got
+        assert got.startswith(b"HTTP/1.1 400 "), got  # a client error, not a 5xx
+        assert b"connection: close" in got.lower() and b"\r\n\r\nHTTP/2 is not supported\n" in got
         records = _access_lines(log, 1)
-        assert len(records) == 1 and records[0]["status"] == 505, records
+        assert len(records) == 1 and records[0]["status"] == 400, records
         stats = httpx.get(f"http://127.0.0.1:{stats_port}/stats", timeout=10).json()["totals"]
         assert stats["protocol_errors"] == 1, stats
+        assert stats["responses"]["4xx"] == 1 and stats["responses"]["5xx"] == 0, stats
         assert httpx.get(srv.url + "/slow", params={"delay": "0"}, timeout=10).status_code == 200
     finally:
         assert srv.stop() == 0, srv.log()
