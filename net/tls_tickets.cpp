@@ -98,8 +98,10 @@ bool set_mac_key(EVP_MAC_CTX* hctx, const period_keys& k) {
 }
 
 /// OpenSSL's ticket key callback: enc 1 makes a ticket, 0 opens one.
-/// Returns 1 (done), 2 (opened with the previous period's key: issue a
-/// new ticket), 0 (unknown key: full handshake), -1 (error).
+/// Returns 1 (made), 2 (opened: issue a new ticket), 0 (unknown key: full
+/// handshake), -1 (error). An opened ticket is always renewed: a TLS 1.3
+/// client uses each ticket once (OpenSSL's and Python's do), and without a
+/// new one its next connection would be a full handshake.
 int ticket_key_cb(SSL* s, unsigned char key_name[16], unsigned char iv[EVP_MAX_IV_LENGTH],
                   EVP_CIPHER_CTX* cctx, EVP_MAC_CTX* hctx, int enc) {
   const std::int64_t rotation = rotation_ms(s);
@@ -127,7 +129,7 @@ int ticket_key_cb(SSL* s, unsigned char key_name[16], unsigned char iv[EVP_MAX_I
         !set_mac_key(hctx, k)) {
       return -1;
     }
-    return period == now - 1 ? 2 : 1;
+    return 2;
   }
   return 0;
 }

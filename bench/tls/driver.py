@@ -5,7 +5,9 @@ Workloads (bench/tls/tls_load.cpp, an epoll + OpenSSL client on another CPU):
 
 - keep-alive: "Hello, World!" over 64 TLS keep-alive connections;
 - new connection: 16 concurrent clients, a new TLS connection (full handshake, TLS 1.3, no resumption)
-  per request, so requests/s is handshakes/s.
+  per request, so requests/s is handshakes/s;
+- resumed: the same, each new connection offering the ticket of the one before (the "resumed" column
+  says how many the server accepted).
 
 Server CPU per request is utime+stime of the server's process tree (/proc/PID/stat) over the run divided by
 the requests answered; on a loaded machine the CPU ratios are the figures to read, req/s ratios hold on a
@@ -59,11 +61,13 @@ class Workload:
     name: str
     connections: int
     new_conn: bool = False
+    resume: bool = False
 
 
 WORKLOADS = [
     Workload("keepalive", "keep-alive, 64 connections", 64),
     Workload("newconn", "new TLS connection per request, 16", 16, new_conn=True),
+    Workload("resumed", "new connection resuming a ticket, 16", 16, new_conn=True, resume=True),
 ]
 
 
@@ -175,6 +179,8 @@ def load(tool: Path, port: int, w: Workload, duration: float, cpu: int) -> dict:
             "--duration", str(duration)]
     if w.new_conn:
         argv.append("--new-conn")
+    if w.resume:
+        argv.append("--resume")
     p = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
     try:
         return json.loads(p.stdout)
@@ -190,9 +196,11 @@ def one_run(tool: Path, key: str, proc: subprocess.Popen, port: int, w: Workload
     steal = http_driver.steal_seconds(args.server_cpu) - steal_before
     r = Run(key, w.key, rps=figures["rps"], requests=figures["requests"], cpu_s=cpu, p50_us=figures["p50_us"],
             p99_us=figures["p99_us"], errors=figures["errors"],
-            extra={"handshakes_per_s": figures["handshakes_per_s"], "steal_share": steal / args.duration})
+            extra={"handshakes_per_s": figures["handshakes_per_s"], "steal_share": steal / args.duration,
+                   "resumed_share": figures["resumed"] / max(figures["handshakes"], 1)})
     print(f"  {key:9} {w.name:38} {r.rps:9.0f} req/s {r.cpu_us_per_request:8.1f} us CPU/req  "
-          f"p50 {r.p50_us:7.0f} p99 {r.p99_us:7.0f} us  errors {r.errors}", flush=True)
+          f"p50 {r.p50_us:7.0f} p99 {r.p99_us:7.0f} us  errors {r.errors}"
+          + (f"  resumed {100 * r.extra['resumed_share']:.0f}%" if w.resume else ""), flush=True)
     return r
 
 
@@ -212,16 +220,17 @@ def report(results: dict[tuple[str, str], list[Run]], keys: list[str], args: arg
              f"Server on CPU {args.server_cpu}, load client (bench/tls/tls_load.cpp) on CPU {args.load_cpu}; "
              f"{args.duration:g} s per run after a {args.warmup:g} s warm-up; {args.rounds} rounds, servers in turn "
              f"in each round; the median run by CPU per request is shown. ECDSA P-256 certificate, TLS 1.3.\n",
-             "| server | workload | req/s | server CPU µs/request | p50 µs | p99 µs | errors |",
-             "|---|---|---|---|---|---|---|"]
+             "| server | workload | req/s | server CPU µs/request | p50 µs | p99 µs | errors | resumed |",
+             "|---|---|---|---|---|---|---|---|"]
     for w in WORKLOADS:
         for key in keys:
             runs = results.get((key, w.key))
             if not runs:
                 continue
             m = median_run(runs)
+            resumed = f"{100 * m.extra['resumed_share']:.0f} %" if w.resume else ""
             lines.append(f"| {key} | {w.name} | {m.rps:.0f} | {m.cpu_us_per_request:.1f} | {m.p50_us:.0f} | "
-                         f"{m.p99_us:.0f} | {sum(r.errors for r in runs)} |")
+                         f"{m.p99_us:.0f} | {sum(r.errors for r in runs)} | {resumed} |")
     lines += ["", "Ratios, cadeloop against each peer (per round, then the median of the rounds): req/s "
               "(higher is better for cadeloop) and CPU per request (peer's / cadeloop's: how many times less CPU "
               "cadeloop spends).\n", "| workload | peer | req/s ratio | CPU/request ratio |", "|---|---|---|---|"]

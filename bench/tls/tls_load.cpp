@@ -104,6 +104,9 @@ struct load {
     conn& c = conns[i];
     ::epoll_ctl(ep, EPOLL_CTL_DEL, c.fd, nullptr);
     if (opt.resume) {
+      // Freed without close_notify, OpenSSL marks the session not resumable.
+      (void)SSL_shutdown(c.ssl);
+      ERR_clear_error();
       if (SSL_SESSION* s = SSL_get1_session(c.ssl)) {
         if (session != nullptr) {
           SSL_SESSION_free(session);
