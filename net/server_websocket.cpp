@@ -133,6 +133,7 @@ bool http_server::impl::ws_accept(connection_id id, std::uint32_t request,
   w.open = true;
   w.opened = now;
   w.extensions = {};
+  c->parser.release();  // no more HTTP on this connection: its parser's storage goes
   ctr_.ws_open.add();
   ctr_.ws_upgrades_accepted.add();
   unlink_timer(*c);
