@@ -84,7 +84,7 @@ int for_each_element(std::string_view value, Fn&& fn) {
 
 // ---------------------------------------------------------------- the field scan
 
-int request_parser::scan_head_fields(const char* until) {
+int request_parser_state::scan_head_fields(const char* until) {
   // Scans the field lines from fields_off_. With until == nullptr the head
   // is complete in [head_bytes_, head_end_) and llhttp has accepted every
   // byte of it, in strict mode: each field line is a token, ':', optional
@@ -261,7 +261,7 @@ int request_parser::scan_head_fields(const char* until) {
 
 // ---------------------------------------------------------------- heads cut across feeds
 
-void request_parser::keep_head_bytes(const char* from, const char* to) {
+void request_parser_state::keep_head_bytes(const char* from, const char* to) {
   // Appends the head's bytes [from, to) of this input to its arena, which
   // holds the head's first bytes in order; past the head limit only a few
   // are kept (head_cut_), enough for every verdict to be reached.
@@ -284,7 +284,7 @@ void request_parser::keep_head_bytes(const char* from, const char* to) {
   head_end_ = head_bytes_ + block.size_;
 }
 
-void request_parser::keep_head_input() {
+void request_parser_state::keep_head_input() {
   // A head carried over from the last feed: its bytes in this input, up to
   // its end if it ends here, join the arena before llhttp reads them, so the
   // callbacks and the scan find the whole head there. The head ends at the
@@ -309,7 +309,7 @@ void request_parser::keep_head_input() {
   keep_head_bytes(feed_begin_, to);
 }
 
-const char* request_parser::before_fold(const char* until) const noexcept {
+const char* request_parser_state::before_fold(const char* until) const noexcept {
   // A line followed by whitespace (an obs-fold, which llhttp refuses) is
   // never finished: a partial scan stops at the fold.
   const char* q = head_bytes_ +
@@ -322,7 +322,7 @@ const char* request_parser::before_fold(const char* until) const noexcept {
   return until;
 }
 
-int request_parser::end_feed_in_head() {
+int request_parser_state::end_feed_in_head() {
   // The feed ended inside a head: keep its bytes, finish the lines llhttp
   // has finished, then check the line in progress against the limits.
   if (head_base_ != nullptr) {
@@ -355,7 +355,7 @@ int request_parser::end_feed_in_head() {
   return check_line_in_progress();
 }
 
-int request_parser::check_line_in_progress() {
+int request_parser_state::check_line_in_progress() {
   // llhttp reports a span cut by the end of the input up to that end: what
   // it reported last of the line still arriving must be within the limits.
   // Bytes no span covers yet (the whitespace after a ':', an empty value's
@@ -412,7 +412,7 @@ int request_parser::check_line_in_progress() {
   return 0;
 }
 
-int request_parser::scan_before_error(const char* error_at) {
+int request_parser_state::scan_before_error(const char* error_at) {
   // llhttp rejected the byte at error_at (in this input) inside a head: the
   // lines it finished before (it finishes a line at the byte after it, even
   // when that byte is the bad one) get their checks first.
@@ -426,8 +426,8 @@ int request_parser::scan_before_error(const char* error_at) {
   return scan_head_fields(before_fold(until));
 }
 
-int request_parser::interpret_head_field(const char* name, std::size_t name_len,
-                                         std::string_view value) {
+int request_parser_state::interpret_head_field(const char* name, std::size_t name_len,
+                                               std::string_view value) {
   // Only four names matter here (the caller has matched their length and
   // first letter). Content-Length and Connection are validated and tracked
   // by llhttp itself (parser_.flags, parser_.content_length). The name may
@@ -479,7 +479,7 @@ int request_parser::interpret_head_field(const char* name, std::size_t name_len,
 // body, often in another feed). They count against max_header_bytes and are
 // rejected at the end of the value that crossed it (a fixed stream position,
 // so the verdict is split-independent).
-int request_parser::on_trailer_field(const char* at, std::size_t len) {
+int request_parser_state::on_trailer_field(const char* at, std::size_t len) {
   trailer_bytes_ += len + (in_field_ ? 0u : 4u);
   if (trailer_bytes_ > max_header_bytes_) {
     trailers_over_ = true;
@@ -499,7 +499,7 @@ int request_parser::on_trailer_field(const char* at, std::size_t len) {
   return 0;
 }
 
-int request_parser::on_trailer_value(const char* at, std::size_t len) {
+int request_parser_state::on_trailer_value(const char* at, std::size_t len) {
   trailer_bytes_ += len;
   if (trailer_bytes_ > max_header_bytes_) {
     trailers_over_ = true;
@@ -524,7 +524,7 @@ int request_parser::on_trailer_value(const char* at, std::size_t len) {
   return 0;
 }
 
-int request_parser::on_trailer_value_complete() {
+int request_parser_state::on_trailer_value_complete() {
   in_value_ = false;
   in_field_ = false;
   if (trailers_over_) {

@@ -98,11 +98,11 @@ constexpr std::size_t initial_trailer_fields = 8;
 
 }  // namespace
 
-// ---------------------------------------------------------------- request_parser
+// ---------------------------------------------------------------- request_parser_state
 
-template <int (request_parser::*Member)()>
-int request_parser::trampoline(llhttp_t* parser) noexcept {
-  auto* self = static_cast<request_parser*>(parser->data);
+template <int (request_parser_state::*Member)()>
+int request_parser_state::trampoline(llhttp_t* parser) noexcept {
+  auto* self = static_cast<request_parser_state*>(parser->data);
   // No exception may unwind through llhttp's C frames: record it as an error.
   try {
     return (self->*Member)();
@@ -111,9 +111,10 @@ int request_parser::trampoline(llhttp_t* parser) noexcept {
   }
 }
 
-template <int (request_parser::*Member)(const char*, std::size_t)>
-int request_parser::data_trampoline(llhttp_t* parser, const char* at, std::size_t len) noexcept {
-  auto* self = static_cast<request_parser*>(parser->data);
+template <int (request_parser_state::*Member)(const char*, std::size_t)>
+int request_parser_state::data_trampoline(llhttp_t* parser, const char* at,
+                                          std::size_t len) noexcept {
+  auto* self = static_cast<request_parser_state*>(parser->data);
   try {
     return (self->*Member)(at, len);
   } catch (...) {
@@ -125,23 +126,25 @@ int request_parser::data_trampoline(llhttp_t* parser, const char* at, std::size_
 // validates them, and scan_head_fields() and on_version_complete() read
 // them from the head's bytes (see head_fields.cpp). Three callbacks per
 // field were most of the cost of a typical head.
-const llhttp_settings_t& request_parser::settings() noexcept {
+const llhttp_settings_t& request_parser_state::settings() noexcept {
   static const llhttp_settings_t instance = [] {
     llhttp_settings_t s;
     llhttp_settings_init(&s);
-    s.on_message_begin = &trampoline<&request_parser::on_message_begin>;
-    s.on_method = &data_trampoline<&request_parser::on_method>;
-    s.on_url = &data_trampoline<&request_parser::on_url>;
-    s.on_url_complete = &trampoline<&request_parser::on_url_complete>;
-    s.on_version_complete = &trampoline<&request_parser::on_version_complete>;
-    s.on_headers_complete = &trampoline<&request_parser::on_headers_complete>;
-    s.on_body = &data_trampoline<&request_parser::on_body>;
-    s.on_chunk_header = &trampoline<&request_parser::on_chunk_header>;
-    s.on_chunk_extension_name = &data_trampoline<&request_parser::on_chunk_extension>;
-    s.on_chunk_extension_value = &data_trampoline<&request_parser::on_chunk_extension>;
-    s.on_chunk_extension_name_complete = &trampoline<&request_parser::on_chunk_extension_complete>;
-    s.on_chunk_extension_value_complete = &trampoline<&request_parser::on_chunk_extension_complete>;
-    s.on_message_complete = &trampoline<&request_parser::on_message_complete>;
+    s.on_message_begin = &trampoline<&request_parser_state::on_message_begin>;
+    s.on_method = &data_trampoline<&request_parser_state::on_method>;
+    s.on_url = &data_trampoline<&request_parser_state::on_url>;
+    s.on_url_complete = &trampoline<&request_parser_state::on_url_complete>;
+    s.on_version_complete = &trampoline<&request_parser_state::on_version_complete>;
+    s.on_headers_complete = &trampoline<&request_parser_state::on_headers_complete>;
+    s.on_body = &data_trampoline<&request_parser_state::on_body>;
+    s.on_chunk_header = &trampoline<&request_parser_state::on_chunk_header>;
+    s.on_chunk_extension_name = &data_trampoline<&request_parser_state::on_chunk_extension>;
+    s.on_chunk_extension_value = &data_trampoline<&request_parser_state::on_chunk_extension>;
+    s.on_chunk_extension_name_complete =
+        &trampoline<&request_parser_state::on_chunk_extension_complete>;
+    s.on_chunk_extension_value_complete =
+        &trampoline<&request_parser_state::on_chunk_extension_complete>;
+    s.on_message_complete = &trampoline<&request_parser_state::on_message_complete>;
     return s;
   }();
   return instance;
@@ -150,18 +153,18 @@ const llhttp_settings_t& request_parser::settings() noexcept {
 // After the last chunk of a chunked body: the same plus the field callbacks,
 // which there report trailer fields (rare, after the body, often in another
 // feed; they are copied as they arrive).
-const llhttp_settings_t& request_parser::trailer_settings() noexcept {
+const llhttp_settings_t& request_parser_state::trailer_settings() noexcept {
   static const llhttp_settings_t instance = [] {
     llhttp_settings_t s = settings();
-    s.on_header_field = &data_trampoline<&request_parser::on_trailer_field>;
-    s.on_header_value = &data_trampoline<&request_parser::on_trailer_value>;
-    s.on_header_value_complete = &trampoline<&request_parser::on_trailer_value_complete>;
+    s.on_header_field = &data_trampoline<&request_parser_state::on_trailer_field>;
+    s.on_header_value = &data_trampoline<&request_parser_state::on_trailer_value>;
+    s.on_header_value_complete = &trampoline<&request_parser_state::on_trailer_value_complete>;
     return s;
   }();
   return instance;
 }
 
-request_parser::request_parser(const request_limits& limits)
+request_parser_state::request_parser_state(const request_limits& limits)
     : limits_{limits},
       max_header_bytes_{std::min<std::uint64_t>(limits.max_header_bytes, max_position_limit)},
       max_url_{std::min<std::uint64_t>(limits.max_url, max_position_limit)} {
@@ -171,7 +174,7 @@ request_parser::request_parser(const request_limits& limits)
   reset();
 }
 
-void request_parser::reset() noexcept {
+void request_parser_state::reset() noexcept {
   // Lenient flags stay at llhttp's default (all off): every one of them
   // reopens a request smuggling or cache poisoning hole.
   llhttp_init(&parser_, HTTP_REQUEST, &settings());
@@ -192,14 +195,14 @@ void request_parser::reset() noexcept {
   start_message();
 }
 
-void request_parser::add_credit(std::uint32_t messages) noexcept {
+void request_parser_state::add_credit(std::uint32_t messages) noexcept {
   if (credit_ == unlimited_credit) {
     return;
   }
   credit_ = messages >= unlimited_credit - credit_ ? unlimited_credit - 1 : credit_ + messages;
 }
 
-std::unique_ptr<request_head> request_parser::take_head(const parse_event& event) noexcept {
+std::unique_ptr<request_head> request_parser_state::take_head(const parse_event& event) noexcept {
   if (event.kind != parse_event_kind::head || event.slot >= heads_.size() ||
       heads_[event.slot].get() != event.head) {
     return nullptr;
@@ -207,7 +210,7 @@ std::unique_ptr<request_head> request_parser::take_head(const parse_event& event
   return std::move(heads_[event.slot]);
 }
 
-void request_parser::recycle_head(std::unique_ptr<request_head> head) {
+void request_parser_state::recycle_head(std::unique_ptr<request_head> head) {
   if (!head) {
     return;
   }
@@ -219,7 +222,8 @@ void request_parser::recycle_head(std::unique_ptr<request_head> head) {
   free_heads_.push_back(std::move(head));
 }
 
-std::unique_ptr<header_block> request_parser::take_trailers(const parse_event& event) noexcept {
+std::unique_ptr<header_block> request_parser_state::take_trailers(
+    const parse_event& event) noexcept {
   if (event.kind != parse_event_kind::message_complete || event.trailers == nullptr ||
       event.slot >= trailers_.size() || trailers_[event.slot].get() != event.trailers) {
     return nullptr;
@@ -227,14 +231,14 @@ std::unique_ptr<header_block> request_parser::take_trailers(const parse_event& e
   return std::move(trailers_[event.slot]);
 }
 
-void request_parser::recycle_trailers(std::unique_ptr<header_block> trailers) {
+void request_parser_state::recycle_trailers(std::unique_ptr<header_block> trailers) {
   if (trailers) {
     trailers->clear();
     free_trailers_.push_back(std::move(trailers));
   }
 }
 
-void request_parser::begin_feed() noexcept {
+void request_parser_state::begin_feed() noexcept {
   events_.clear();
   // A head (or trailer section) still being parsed survives the feed; the
   // slots of everything already reported are reused from here on.
@@ -252,7 +256,7 @@ void request_parser::begin_feed() noexcept {
   }
 }
 
-request_head& request_parser::acquire_head() {
+request_head& request_parser_state::acquire_head() {
   if (heads_used_ == heads_.size()) {
     heads_.emplace_back();
   }
@@ -276,7 +280,7 @@ request_head& request_parser::acquire_head() {
   return *slot;
 }
 
-header_block& request_parser::acquire_trailers() {
+header_block& request_parser_state::acquire_trailers() {
   if (trailers_used_ == trailers_.size()) {
     trailers_.emplace_back();
   }
@@ -295,14 +299,14 @@ header_block& request_parser::acquire_trailers() {
   return *slot;
 }
 
-header_block& request_parser::trailer_fields() {
+header_block& request_parser_state::trailer_fields() {
   if (trailer_block_ == nullptr) {
     trailer_block_ = &acquire_trailers();
   }
   return *trailer_block_;
 }
 
-void request_parser::start_message() noexcept {
+void request_parser_state::start_message() noexcept {
   rejected_head_ = nullptr;
   head_start_known_ = false;
   url_open_ = false;
@@ -329,7 +333,7 @@ void request_parser::start_message() noexcept {
   trailer_bytes_ = 0;
 }
 
-feed_result request_parser::feed(std::string_view input) noexcept {
+feed_result request_parser_state::feed(std::string_view input) noexcept {
   begin_feed();
   switch (state_) {
     case state::failed:
@@ -421,18 +425,18 @@ feed_result request_parser::feed(std::string_view input) noexcept {
   return {feed_status::error, consumed};
 }
 
-int request_parser::fail(std::uint16_t status, const char* reason) noexcept {
+int request_parser_state::fail(std::uint16_t status, const char* reason) noexcept {
   error_ = {status, reason, true};
   llhttp_set_error_reason(&parser_, reason);
   return HPE_USER;
 }
 
-int request_parser::fail_internal() noexcept {
+int request_parser_state::fail_internal() noexcept {
   return fail(500, "internal error while parsing the request");
 }
 
-std::uint16_t request_parser::head_limit_violation(std::uint64_t end, const char** reason,
-                                                   std::uint64_t target_end) const noexcept {
+std::uint16_t request_parser_state::head_limit_violation(std::uint64_t end, const char** reason,
+                                                         std::uint64_t target_end) const noexcept {
   // `end` is one past the last head byte consumed. Each limit is violated at
   // a fixed stream position; the earliest one wins, so the verdict does not
   // depend on where the stream was split into feeds.
@@ -450,7 +454,7 @@ std::uint16_t request_parser::head_limit_violation(std::uint64_t end, const char
   return status;
 }
 
-int request_parser::check_head_limits_slow(std::uint64_t end) noexcept {
+int request_parser_state::check_head_limits_slow(std::uint64_t end) noexcept {
   const char* reason = nullptr;
   if (const std::uint16_t status = head_limit_violation(end, &reason, end); status != 0) {
     return fail(status, reason);
@@ -462,8 +466,8 @@ int request_parser::check_head_limits_slow(std::uint64_t end) noexcept {
 // open: where the reported bytes end if an earlier feed went past them, else
 // at the first SP, CR or LF after them in the `consumed` bytes of this feed
 // that end at `pos`; else at `pos` (every byte before it was a target byte).
-std::uint64_t request_parser::target_end_before(std::uint64_t pos,
-                                                std::size_t consumed) const noexcept {
+std::uint64_t request_parser_state::target_end_before(std::uint64_t pos,
+                                                      std::size_t consumed) const noexcept {
   if (!url_open_) {
     return pos;
   }
@@ -488,8 +492,8 @@ std::uint64_t request_parser::target_end_before(std::uint64_t pos,
   return pos;
 }
 
-void request_parser::classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos,
-                                           std::size_t consumed) noexcept {
+void request_parser_state::classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos,
+                                                 std::size_t consumed) noexcept {
   // llhttp may stop at a bad byte that lies past a limit before the span
   // holding it was reported; the limit was crossed first, so it decides.
   if (phase_ == phase::head) {
@@ -520,7 +524,7 @@ void request_parser::classify_llhttp_error(llhttp_errno_t err, std::uint64_t pos
   error_ = {status, reason, true};
 }
 
-bool request_parser::unknown_http_version_before(std::uint64_t pos) const noexcept {
+bool request_parser_state::unknown_http_version_before(std::uint64_t pos) const noexcept {
   // llhttp checks the version right after its last digit and stops there,
   // so a well-formed "HTTP/d.d" that it does not know ends at `pos`.
   if (phase_ != phase::head || !head_start_known_ || head_bytes_ == nullptr ||
@@ -535,7 +539,7 @@ bool request_parser::unknown_http_version_before(std::uint64_t pos) const noexce
 
 // ---------------------------------------------------------------- callbacks
 
-std::uintptr_t request_parser::limit_address() const noexcept {
+std::uintptr_t request_parser_state::limit_address() const noexcept {
   if (limit_end_ < stream_base_) {
     return 0;  // every span of this feed ends past the limit
   }
@@ -547,14 +551,14 @@ std::uintptr_t request_parser::limit_address() const noexcept {
 // Whether a head span ending at at + len is within the limits: the same
 // verdict as comparing its stream position with limit_end_, both sides
 // shifted by the address of the feed's first byte.
-int request_parser::on_message_begin() {
+int request_parser_state::on_message_begin() {
   phase_ = phase::head;
   start_message();
   head_ = &acquire_head();
   return 0;
 }
 
-int request_parser::on_method(const char* at, std::size_t len) {
+int request_parser_state::on_method(const char* at, std::size_t len) {
   if (!head_start_known_) {
     head_start_ = stream_pos(at);
     head_start_known_ = true;
@@ -572,7 +576,7 @@ int request_parser::on_method(const char* at, std::size_t len) {
   return check_head_span(at, len);
 }
 
-int request_parser::on_url(const char* at, std::size_t len) {
+int request_parser_state::on_url(const char* at, std::size_t len) {
   if (const int rc = check_head_span(at, len); rc != 0) {
     return rc;
   }
@@ -588,7 +592,7 @@ int request_parser::on_url(const char* at, std::size_t len) {
   return 0;
 }
 
-int request_parser::on_url_complete() {
+int request_parser_state::on_url_complete() {
   url_open_ = false;
   set_limit_end(head_start_ + max_header_bytes_);
   const auto method = static_cast<llhttp_method_t>(parser_.method);
@@ -631,7 +635,7 @@ int request_parser::on_url_complete() {
   return 0;
 }
 
-int request_parser::on_version_complete() {
+int request_parser_state::on_version_complete() {
   // llhttp has accepted "<target> <protocol>/<d>.<d>" (one space or more)
   // and checked the version's syntax; read both from the head's bytes. Only
   // a head kept in part (head_cut_) may end before them: then they lie past
@@ -677,7 +681,7 @@ int request_parser::on_version_complete() {
   return 0;
 }
 
-int request_parser::on_headers_complete() {
+int request_parser_state::on_headers_complete() {
   phase_ = phase::body;
   request_head& h = *head_;
   rejected_head_ = head_;  // until the head event below: a return before it rejects this head
@@ -742,7 +746,7 @@ int request_parser::on_headers_complete() {
   return 0;
 }
 
-int request_parser::check_host() {
+int request_parser_state::check_host() {
   // RFC 9112 section 3.2: the Host field must be one valid host; the
   // asterisk form only for OPTIONS (section 3.2.4); with an absolute-form
   // target its authority is the host (section 3.2.2): the Host field's value
@@ -790,12 +794,12 @@ int request_parser::check_host() {
   return 0;
 }
 
-int request_parser::on_body(const char* at, std::size_t len) {
+int request_parser_state::on_body(const char* at, std::size_t len) {
   events_.push_back({parse_event_kind::body, 0, nullptr, std::string_view{at, len}, nullptr});
   return 0;
 }
 
-int request_parser::on_chunk_header() {
+int request_parser_state::on_chunk_header() {
   const std::uint64_t size = parser_.content_length;
   if (size == 0) {
     phase_ = phase::trailers;
@@ -810,19 +814,19 @@ int request_parser::on_chunk_header() {
   return 0;
 }
 
-int request_parser::on_chunk_extension(const char*, std::size_t len) {
+int request_parser_state::on_chunk_extension(const char*, std::size_t len) {
   chunk_ext_bytes_ += len;
   return 0;
 }
 
-int request_parser::on_chunk_extension_complete() {
+int request_parser_state::on_chunk_extension_complete() {
   if (chunk_ext_bytes_ > limits_.max_chunk_extension_bytes) {
     return fail(413, "chunk extensions larger than max_chunk_extension_bytes");
   }
   return 0;
 }
 
-int request_parser::on_message_complete() {
+int request_parser_state::on_message_complete() {
   // Only queue here: the caller dispatches after llhttp_execute returns.
   parse_event event{parse_event_kind::message_complete, 0, nullptr, {}, nullptr};
   if (trailer_block_ != nullptr) {
@@ -855,6 +859,62 @@ int request_parser::on_message_complete() {
     return HPE_PAUSED;
   }
   return 0;
+}
+
+// ---------------------------------------------------------------- request_parser
+
+namespace {
+
+// What error() reports when the parser's storage could not be made.
+constexpr parse_error out_of_memory{500, "out of memory", true};
+constexpr parse_error no_error{};
+
+}  // namespace
+
+bool request_parser::make_state() noexcept {
+  if (released_) {
+    return false;
+  }
+  try {
+    state_ = std::make_unique<request_parser_state>(limits_);
+  } catch (...) {
+    out_of_memory_ = true;
+    return false;
+  }
+  state_->set_credit(credit_);
+  state_->use_pool(pool_);
+  return true;
+}
+
+void request_parser::add_credit(std::uint32_t messages) noexcept {
+  if (state_ != nullptr) {
+    state_->add_credit(messages);
+    return;
+  }
+  if (credit_ != unlimited_credit) {
+    credit_ = messages >= unlimited_credit - credit_ ? unlimited_credit - 1 : credit_ + messages;
+  }
+}
+
+void request_parser::recycle_head(std::unique_ptr<request_head> head) {
+  if (state_ != nullptr) {
+    state_->recycle_head(std::move(head));
+  } else if (head && pool_ != nullptr) {
+    pool_->give(std::move(head));
+  }
+}
+
+void request_parser::recycle_trailers(std::unique_ptr<header_block> trailers) {
+  if (state_ != nullptr) {
+    state_->recycle_trailers(std::move(trailers));
+  }
+}
+
+const parse_error& request_parser::error() const noexcept {
+  if (state_ != nullptr) {
+    return state_->error();
+  }
+  return out_of_memory_ ? out_of_memory : no_error;
 }
 
 }  // namespace cadeloop::http

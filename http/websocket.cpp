@@ -350,6 +350,12 @@ const ws_event* ws_parser::next(std::string_view& input) {
     }
     release_message_ = false;
   }
+  if (release_control_) {
+    // The previous event viewed the control payload (or was a close): dead now.
+    control_.reset();
+    control_size_ = 0;
+    release_control_ = false;
+  }
   while (phase_ != phase::finished) {
     if (phase_ == phase::header) {
       if (header_have_ < 2) {
@@ -433,7 +439,7 @@ const ws_event* ws_parser::next(std::string_view& input) {
       }
       const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(remaining_, input.size()));
       if (is_control(opcode_)) {
-        char* dst = control_.data() + control_size_;
+        char* dst = control_.get() + control_size_;
         if (masked_) {
           mask_offset_ = ws_apply_mask(dst, input.data(), n, mask_, mask_offset_);
         } else {
@@ -496,6 +502,9 @@ const ws_event* ws_parser::start_frame() {
 
   if (is_control(opcode_)) {
     control_size_ = 0;
+    if (length != 0 && !control_) {
+      control_ = std::make_unique_for_overwrite<char[]>(125);
+    }
     return nullptr;
   }
   // Checked against the announced length, before any payload is buffered,
@@ -516,12 +525,14 @@ const ws_event* ws_parser::start_frame() {
 
 const ws_event* ws_parser::end_frame() {
   phase_ = phase::header;
+  // A control frame's event (or error) is returned now: its payload goes at the next call.
+  release_control_ = is_control(opcode_);
   switch (opcode_) {
     case ws_opcode::ping:
     case ws_opcode::pong:
       event_ = {opcode_ == ws_opcode::ping ? ws_event_kind::ping : ws_event_kind::pong,
                 0,
-                {control_.data(), control_size_},
+                {control_.get(), control_size_},
                 false};
       return &event_;
     case ws_opcode::close: {
@@ -536,7 +547,7 @@ const ws_event* ws_parser::end_frame() {
         if (!is_valid_ws_close_code(code)) {
           return fail(ws_close_code::protocol_error, "invalid close code");
         }
-        reason = {control_.data() + 2, control_size_ - 2};
+        reason = {control_.get() + 2, control_size_ - 2};
         if (!is_valid_utf8(reason)) {
           return fail(ws_close_code::invalid_payload, "close reason is not valid UTF-8");
         }

@@ -76,8 +76,10 @@ bool http_server::impl::ws_prepare(connection& c, const http::request_head& head
   }
   po.allowed_rsv = deflate_on ? 0x40 : 0;
   auto w = std::make_unique<ws_state>(po);
-  std::memcpy(w->key.data(), verdict.key.data(), w->key.size());  // validated: 24 characters
-  w->extensions = std::move(extensions);
+  w->handshake = std::make_unique<ws_handshake>();
+  ws_handshake& h = *w->handshake;
+  std::memcpy(h.key.data(), verdict.key.data(), h.key.size());  // validated: 24 characters
+  h.extensions = std::move(extensions);
   w->deflate = deflate;
   w->deflate_on = deflate_on;
   c.ws = std::move(w);
@@ -87,8 +89,8 @@ bool http_server::impl::ws_prepare(connection& c, const http::request_head& head
 bool http_server::impl::ws_accept(connection_id id, std::uint32_t request,
                                   std::string_view subprotocol, std::string_view extra_headers) {
   connection* c = lookup(id, false);
-  if (c == nullptr || !c->ws || c->ws->open || request != c->hol_seq || c->in_flight() != 1 ||
-      c->hol_started || c->records.empty()) {
+  if (c == nullptr || !c->ws || c->ws->open || !c->ws->handshake || request != c->hol_seq ||
+      c->in_flight() != 1 || c->hol_started || c->records.empty()) {
     ctr_.stale_messages.add();
     return false;
   }
@@ -109,9 +111,10 @@ bool http_server::impl::ws_accept(connection_id id, std::uint32_t request,
     rest.remove_prefix(eol + 2);
   }
   ws_scratch_.clear();
-  if (!well_formed || !http::encode_ws_accept({w.key.data(), w.key.size()}, subprotocol, ws_fields_,
-                                              ws_scratch_, w.extensions)
-                           .ok()) {
+  if (!well_formed ||
+      !http::encode_ws_accept({w.handshake->key.data(), w.handshake->key.size()}, subprotocol,
+                              ws_fields_, ws_scratch_, w.handshake->extensions)
+           .ok()) {
     ws_refuse_accept(*c, "WebSocket accept refused: bad subprotocol or header");
     return false;
   }
@@ -132,7 +135,8 @@ bool http_server::impl::ws_accept(connection_id id, std::uint32_t request,
   ctr_.responses.add();
   w.open = true;
   w.opened = now;
-  w.extensions = {};
+  w.handshake.reset();
+  c->parser.release();  // no more HTTP on this connection: its parser's storage goes
   ctr_.ws_open.add();
   ctr_.ws_upgrades_accepted.add();
   unlink_timer(*c);

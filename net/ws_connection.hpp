@@ -15,13 +15,17 @@
 
 namespace cadeloop::net {
 
+// Until ws_accept: the handshake's key and what the server will answer to
+// the client's permessage-deflate offer ("" when none); freed at the accept.
+struct ws_handshake {
+  std::array<char, 24> key{};
+  std::string extensions;
+};
+
 struct ws_state {
   explicit ws_state(const http::ws_parser_options& options) : parser{options} {}
 
-  // Until ws_accept: the handshake's key and what the server will answer
-  // to the client's permessage-deflate offer ("" when none).
-  std::array<char, 24> key{};
-  std::string extensions;
+  std::unique_ptr<ws_handshake> handshake;  // until ws_accept
   http::ws_deflate_params deflate{};
   bool deflate_on = false;
 

@@ -12,7 +12,7 @@
 
 namespace cadeloop::http {
 
-class request_parser;
+class request_parser_state;
 
 /// Bounds the request parser enforces while it parses (inside llhttp's
 /// callbacks, never after the fact). Plain data; any thread may build one and
@@ -152,7 +152,7 @@ class header_block {
   ~header_block() = default;
 
  private:
-  friend class request_parser;
+  friend class request_parser_state;
   friend class request_head;
 
   struct entry {
@@ -250,7 +250,7 @@ class request_head {
   void clear() noexcept;
 
  private:
-  friend class request_parser;
+  friend class request_parser_state;
 
   // Arena: the target, then header names and values, at the offsets below
   // (path and query offsets are arena offsets too, inside the target).

@@ -92,7 +92,9 @@ class head_pool {
   std::size_t max_kept_;
 };
 
-/// Incremental HTTP/1.1 request parser over llhttp (strict mode, no lenient
+/// The state of `request_parser` (see it for the contract), held on the heap
+/// by it so that a connection gone WebSocket can free it. Incremental HTTP/1.1
+/// request parser over llhttp (strict mode, no lenient
 /// flags). Push bytes with `feed()`; read the queued events with `events()`.
 ///
 /// It validates framing and syntax strictly (request smuggling defences),
@@ -106,19 +108,19 @@ class head_pool {
 /// Steady state allocates nothing: heads, trailer blocks and the event queue
 /// are pooled and reused. Owned and used by one I/O thread; not movable
 /// (llhttp keeps a pointer to it). Destroyed by that thread.
-class request_parser {
+class request_parser_state {
  public:
   /// `set_credit` value meaning "no cap on messages".
   static constexpr std::uint32_t unlimited_credit = UINT32_MAX;
 
   /// A parser at the start of a connection. I/O thread.
-  explicit request_parser(const request_limits& limits = {});
-  request_parser(const request_parser&) = delete;
-  request_parser& operator=(const request_parser&) = delete;
-  request_parser(request_parser&&) = delete;
-  request_parser& operator=(request_parser&&) = delete;
+  explicit request_parser_state(const request_limits& limits = {});
+  request_parser_state(const request_parser_state&) = delete;
+  request_parser_state& operator=(const request_parser_state&) = delete;
+  request_parser_state(request_parser_state&&) = delete;
+  request_parser_state& operator=(request_parser_state&&) = delete;
   /// I/O thread.
-  ~request_parser() = default;
+  ~request_parser_state() = default;
 
   /// Parses `input`, which continues the bytes consumed so far. Clears the
   /// events of the previous feed first (their views and heads become invalid
@@ -199,9 +201,9 @@ class request_parser {
   int on_trailer_value(const char* at, std::size_t len);
   int on_trailer_value_complete();
 
-  template <int (request_parser::*Member)()>
+  template <int (request_parser_state::*Member)()>
   static int trampoline(llhttp_t* parser) noexcept;
-  template <int (request_parser::*Member)(const char*, std::size_t)>
+  template <int (request_parser_state::*Member)(const char*, std::size_t)>
   static int data_trampoline(llhttp_t* parser, const char* at, std::size_t len) noexcept;
   static const llhttp_settings_t& settings() noexcept;
   static const llhttp_settings_t& trailer_settings() noexcept;
@@ -324,6 +326,124 @@ class request_parser {
   std::uint64_t body_declared_ = 0;  // sum of chunk sizes so far
   std::uint64_t chunk_ext_bytes_ = 0;
   std::uint64_t trailer_bytes_ = 0;
+};
+
+/// Incremental HTTP/1.1 request parser over llhttp (strict mode, no lenient
+/// flags): the contract of `request_parser_state`, whose storage (about half a
+/// KiB with its queues) it makes at its first feed and keeps across `reset()`
+/// (once per connection, not per request), until `release()` frees it: a
+/// connection upgraded to WebSocket parses no more HTTP, and an idle
+/// WebSocket should not hold a parser. Owned and used by one I/O thread.
+class request_parser {
+ public:
+  /// `set_credit` value meaning "no cap on messages".
+  static constexpr std::uint32_t unlimited_credit = request_parser_state::unlimited_credit;
+
+  /// A parser at the start of a connection; allocates nothing yet. I/O thread.
+  explicit request_parser(const request_limits& limits = {}) : limits_{limits} {}
+  request_parser(const request_parser&) = delete;
+  request_parser& operator=(const request_parser&) = delete;
+  request_parser(request_parser&&) = delete;
+  request_parser& operator=(request_parser&&) = delete;
+  /// I/O thread.
+  ~request_parser() = default;
+
+  /// See `request_parser_state::feed`. After `release()` it consumes nothing
+  /// and reports `upgraded`. I/O thread.
+  feed_result feed(std::string_view input) noexcept {
+    if (state_ == nullptr) [[unlikely]] {
+      if (!make_state()) {
+        return {released_ ? feed_status::upgraded : feed_status::error, 0};
+      }
+    }
+    return state_->feed(input);
+  }
+  /// Events queued by the last feed(), in stream order. I/O thread.
+  [[nodiscard]] std::span<const parse_event> events() const noexcept {
+    return state_ != nullptr ? state_->events() : std::span<const parse_event>{};
+  }
+  /// See `request_parser_state::set_credit`. I/O thread.
+  void set_credit(std::uint32_t messages) noexcept {
+    credit_ = messages;
+    if (state_ != nullptr) {
+      state_->set_credit(messages);
+    }
+  }
+  /// See `request_parser_state::add_credit`. I/O thread.
+  void add_credit(std::uint32_t messages) noexcept;
+  /// Remaining credit. I/O thread.
+  [[nodiscard]] std::uint32_t credit() const noexcept {
+    return state_ != nullptr ? state_->credit() : credit_;
+  }
+  /// See `request_parser_state::take_head`. I/O thread.
+  [[nodiscard]] std::unique_ptr<request_head> take_head(const parse_event& event) noexcept {
+    return state_ != nullptr ? state_->take_head(event) : nullptr;
+  }
+  /// See `request_parser_state::recycle_head`; once released, a head goes
+  /// to the pool (or is freed). I/O thread.
+  void recycle_head(std::unique_ptr<request_head> head);
+  /// See `request_parser_state::use_pool`. I/O thread.
+  void use_pool(head_pool* pool) noexcept {
+    pool_ = pool;
+    if (state_ != nullptr) {
+      state_->use_pool(pool);
+    }
+  }
+  /// See `request_parser_state::take_trailers`. I/O thread.
+  [[nodiscard]] std::unique_ptr<header_block> take_trailers(const parse_event& event) noexcept {
+    return state_ != nullptr ? state_->take_trailers(event) : nullptr;
+  }
+  /// See `request_parser_state::recycle_trailers`. I/O thread.
+  void recycle_trailers(std::unique_ptr<header_block> trailers);
+  /// Why the request was rejected, valid after feed() returned `error`. I/O thread.
+  [[nodiscard]] const parse_error& error() const noexcept;
+  /// See `request_parser_state::rejected_head`. I/O thread.
+  [[nodiscard]] const request_head* rejected_head() const noexcept {
+    return state_ != nullptr ? state_->rejected_head() : nullptr;
+  }
+  /// True while a request has started but not completed. I/O thread.
+  [[nodiscard]] bool mid_message() const noexcept {
+    return state_ != nullptr && state_->mid_message();
+  }
+  /// Bytes consumed since construction or reset() (0 before the first feed
+  /// and after release()). I/O thread.
+  [[nodiscard]] std::uint64_t stream_offset() const noexcept {
+    return state_ != nullptr ? state_->stream_offset() : 0;
+  }
+  /// The limits in force. I/O thread.
+  [[nodiscard]] const request_limits& limits() const noexcept { return limits_; }
+  /// Back to the start of a new connection (credit and limits unchanged,
+  /// storage kept; after release() it is made again at the next feed). I/O thread.
+  void reset() noexcept {
+    released_ = false;
+    out_of_memory_ = false;
+    if (state_ != nullptr) {
+      state_->reset();
+    }
+  }
+  /// Frees the parser's storage: the connection parses no more HTTP (it
+  /// became a WebSocket). feed() then reports `upgraded` until reset();
+  /// credit, limits and pool stay. I/O thread.
+  void release() noexcept {
+    if (state_ != nullptr) {
+      credit_ = state_->credit();
+    }
+    state_.reset();
+    released_ = true;
+  }
+  /// Whether the storage exists now (made at the first feed, freed by release()). I/O thread.
+  [[nodiscard]] bool holds_state() const noexcept { return state_ != nullptr; }
+
+ private:
+  // Makes state_ unless released; false when it can't (released, or out of memory).
+  [[gnu::noinline]] bool make_state() noexcept;
+
+  std::unique_ptr<request_parser_state> state_;
+  request_limits limits_;
+  head_pool* pool_ = nullptr;
+  std::uint32_t credit_ = unlimited_credit;
+  bool released_ = false;
+  bool out_of_memory_ = false;
 };
 
 }  // namespace cadeloop::http

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -200,8 +201,12 @@ class ws_parser {
   std::string message_;
   utf8_validator utf8_;
 
-  std::array<char, 125> control_{};
+  // A control frame's payload (at most 125 bytes): allocated when one with a
+  // payload starts and freed at the next call after its event, so an idle
+  // connection holds none.
+  std::unique_ptr<char[]> control_;
   std::size_t control_size_ = 0;
+  bool release_control_ = false;
 
   ws_event event_;
 };
