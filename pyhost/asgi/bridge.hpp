@@ -415,7 +415,8 @@ class bridge final : public loop_source {
   /// "drained" notice the longest (its client reads slowest), whose
   /// disconnect then opens the gate. One per pass.
   void shed_stalled();
-  std::uint64_t drain_asks_ = 0;  // counts drained notices asked for (orders conn_state::drain_asked)
+  // Drained notices asked for so far (orders conn_state::drain_asked).
+  std::uint64_t drain_asks_ = 0;
   void asked_drain(conn_state& cs) noexcept {
     cs.waiting_drain = true;
     cs.drain_asked = ++drain_asks_;

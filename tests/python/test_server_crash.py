@@ -191,3 +191,24 @@ def test_clients_leaving_a_streamed_response_log_no_error(tmp_path: Path) -> Non
     assert "Exception in ASGI application" not in log and "Traceback" not in log, log
     # One debug line per client that left (not an app error): at most one each.
     assert 1 <= log.count("client disconnected during the response") <= 50, log
+
+
+@pytest.mark.parametrize("isolation", MODES)
+def test_serving_processes_one_puts_every_pair_in_one_process(tmp_path: Path, isolation: str) -> None:
+    # Sub-interpreter pairs: serving_processes 1 puts both pairs in one serving process, so a
+    # crash takes both (the line names them). Worker processes are one per pair whatever it says.
+    srv = ServerProcess("crash_app:app", "--cores", "2", "--isolation", isolation, "--serving-processes", "1",
+                        tmp=tmp_path).start()
+    try:
+        children = Path(f"/proc/{srv.pid}/task/{srv.pid}/children").read_text().split()
+        assert len(children) == (1 if isolation == "subinterpreters" else 2), srv.log()
+        with pytest.raises((OSError, EOFError, ValueError, IndexError)):
+            get(srv.port, "/exit")
+        line = srv.wait_log(r"cadeloop: .*\(pid \d+\) exited with code 1.*; restarting it").group(0)
+        if isolation == "subinterpreters":
+            assert "the serving process of pairs 0, 1 (pid" in line, line
+        else:
+            assert re.search(r"cadeloop: pair \d \(pid", line), line
+    finally:
+        rc = srv.stop(signal.SIGTERM)
+    assert rc == 0, srv.log()

@@ -217,6 +217,26 @@ def test_the_memory_budget_bounds_unsent_bytes_and_rss_and_cuts_the_slowest(tmp_
         assert srv.stop() == 0
 
 
+def test_a_reading_client_gets_its_big_response_while_slow_readers_hold_the_gate(tmp_path: Path) -> None:
+    # 20 readers that never read fill the app side's staging gate (1.25 x a 1 MiB budget) many
+    # times over. A send() over 4 KiB then waits before its bytes are copied, and the reader
+    # whose app has waited longest for it to drain is cut, so a client that reads still gets
+    # its 2 MiB, and a short response passes the gate at once.
+    srv = ServerProcess("hostile_app:app", "--memory-budget", "1MiB", "--write-timeout", "60",
+                        tmp=tmp_path).start()
+    try:
+        readers = [slow_reader(srv.port, 64) for _ in range(20)]
+        time.sleep(0.5)
+        assert get(srv.port, "/hello") == (200, b"hello")
+        r = httpx.get(f"{srv.url}/big?mb=2", timeout=10)
+        assert r.status_code == 200 and len(r.content) == 2 << 20
+        assert events(srv.port).count("big: gone") >= 1
+        for s in readers:
+            s.close()
+    finally:
+        assert srv.stop() == 0
+
+
 def held_upload(port: int, size: int) -> socket.socket:
     """A POST whose app answers after 3 s without reading its body: the body sits unread in the server."""
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
