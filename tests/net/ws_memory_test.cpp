@@ -115,7 +115,10 @@ TEST_F(ws_server_test, IdleWebSocketCostsAtMost4KiB) {
                         4000.0;
   std::printf("USS per idle WebSocket (1,000 -> 5,000 open): %.0f bytes\n", per_ws);
   RecordProperty("uss_per_idle_websocket_bytes", static_cast<int>(per_ws));
-  EXPECT_LE(per_ws, 4096.0);
+  // The I/O thread's share of the 4 KiB an idle WebSocket may cost in all
+  // (the app's Python objects are the rest): 1,256 bytes measured on glibc
+  // 2.36, about 1.9 KiB when an accepted WebSocket kept its HTTP parser.
+  EXPECT_LE(per_ws, 1536.0);
   for (const int fd : fds) {
     ::close(fd);
   }
