@@ -92,7 +92,7 @@ struct server_options {
   /// Unsent response bytes plus body bytes not yet taken by the app, all
   /// connections of the pair: above it new requests get 503 and the
   /// connections whose writes made no progress the longest are cut.
-  std::uint64_t memory_budget = std::uint64_t{256} << 20;
+  std::uint64_t memory_budget = std::uint64_t{64} << 20;
   /// `Server` header of the error responses the I/O thread writes ("" for none).
   std::string server_header = "cadeloop";
   /// The access log (off by default); see access_log.hpp.
