@@ -10,31 +10,9 @@
 #include <utility>
 
 #include "asgi/request_type.hpp"
+#include "py_exception.hpp"
 
 namespace cadeloop::pyhost::server {
-
-namespace {
-
-/// The exception being raised, normalized and cleared (a new reference).
-PyObject* take_exception() {
-#if PY_VERSION_HEX >= 0x030C0000
-  return PyErr_GetRaisedException();
-#else
-  PyObject* type = nullptr;
-  PyObject* value = nullptr;
-  PyObject* tb = nullptr;
-  PyErr_Fetch(&type, &value, &tb);
-  PyErr_NormalizeException(&type, &value, &tb);
-  if (value != nullptr && tb != nullptr) {
-    PyException_SetTraceback(value, tb);
-  }
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  return value;
-#endif
-}
-
-}  // namespace
 
 PyObject* bridge::wait_for_gate(request_object* r, PyObject* message) {
   PyObject* body = PyDict_GetItemWithError(message, n_.body);
