@@ -301,15 +301,20 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def medians(results: list[Result], max_steal: float) -> list[str]:
+def medians(results: list[Result], max_steal: float, order: list[str]) -> list[str]:
+    """The medians and the paired ratios; `order` names the servers as asked, the first is the one the ratios
+    are about. A server with no measured run of a workload (it did not start, or every run failed) is left out
+    of that workload's ratios, and named under the table."""
     lines = ["", f"Medians over the rounds with steal under {100 * max_steal:.0f} % on both CPUs "
              "(ratios: this server against each peer, paired within a round, median over the rounds where both "
              "runs were quiet):", "",
              "| workload | server | quiet runs | msgs/s | CPU µs/msg | server CPU share | p50 µs | p99 µs |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for w in dict.fromkeys(r.workload for r in results):
-        for s in dict.fromkeys(r.server for r in results if r.workload == w):
+        for s in order:
             runs = [r for r in results if r.workload == w and r.server == s]
+            if not runs:
+                continue
             quiet = [r for r in runs if r.quiet(max_steal)]
             if not quiet:
                 lines.append(f"| {w} | {s} | 0 / {len(runs)} | | | | | |")
@@ -322,10 +327,21 @@ def medians(results: list[Result], max_steal: float) -> list[str]:
                          f"{statistics.median(r.p99_us for r in quiet):.0f} |")
     lines += ["", "| workload | cadeloop against | rounds | msgs/s ratio, median (min–max) | "
               "CPU/msg ratio, median (min–max) |", "|---|---|---:|---:|---:|"]
+    failed: dict[str, set[str]] = {}  # server -> the workloads it has no measured run of
+
+    def measured(server: str, w: str) -> bool:
+        if any(r.messages for r in results if r.workload == w and r.server == server):
+            return True
+        failed.setdefault(server, set()).add(w)
+        return False
+
+    ours = order[0]
     for w in dict.fromkeys(r.workload for r in results):
-        names = list(dict.fromkeys(r.server for r in results if r.workload == w))
-        ours = names[0]
-        for other in names[1:]:
+        if not measured(ours, w):
+            continue
+        for other in order[1:]:
+            if not measured(other, w):
+                continue
             rps, cpu = [], []
             for rnd in sorted({r.round for r in results}):
                 a = next((r for r in results if r.workload == w and r.server == ours and r.round == rnd), None)
@@ -337,6 +353,12 @@ def medians(results: list[Result], max_steal: float) -> list[str]:
                 lines.append(f"| {w} | {other} | {len(rps)} | {statistics.median(rps):.2f} "
                              f"({min(rps):.2f}–{max(rps):.2f}) | {statistics.median(cpu):.2f} "
                              f"({min(cpu):.2f}–{max(cpu):.2f}) |")
+    for server, workloads in failed.items():
+        errors = sorted({r.errors for r in results if r.server == server and r.errors})
+        why = f": {'; '.join(errors)}" if errors else ""
+        what = "every workload" if len(workloads) == len({r.workload for r in results}) else ", ".join(
+            w for w in dict.fromkeys(r.workload for r in results) if w in workloads)
+        lines += ["", f"No measured run, so not in the ratios: {server} ({what}){why}"]
     return lines
 
 
@@ -368,7 +390,9 @@ def write_report(results: list[Result], idle: list[dict], args: argparse.Namespa
                      f"{100 * r.server_cpu_share:.0f}% | {r.p50_us:.0f} | {r.p99_us:.0f} | {100 * r.steal_share:.1f}% / "
                      f"{100 * r.load_steal_share:.1f}% | {r.errors} |")
     if results:
-        lines += medians(results, args.quiet_steal)
+        table = servers(args.port)
+        order = [table[k].name for k in dict.fromkeys(k for k in args.servers.split(",") if k)]
+        lines += medians(results, args.quiet_steal, order)
     if idle:
         lines += ["", f"Memory per idle WebSocket ({args.idle_connections} opened, USS of the server's process "
                   "tree from /proc/PID/smaps_rollup, after minus before, divided by the connections open):", "",
