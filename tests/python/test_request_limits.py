@@ -46,6 +46,22 @@ def test_limit_concurrency_answers_503_at_once_beyond_it_and_counts_them(tmp_pat
         assert srv.stop() == 0, srv.log()
 
 
+def never_taken(exc: httpx.HTTPError) -> bool:
+    """Whether a request failed before the server took it, so a GET may be sent again (RFC 9112, 9.3.1), as
+    browsers and proxies do (counted).
+
+    Closed before any response began: a keep-alive connection the draining pair closed as it was reused. Or the
+    same race seen as a reset: the draining pair closed the idle connection with the reused request unread in
+    its socket, so the kernel answered RST instead of FIN. Nothing reached the app. Anything else, such as a
+    refused connection (no listener on the port), is a failure.
+    """
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "without sending a response" in str(exc)
+    if isinstance(exc, httpx.ReadError):
+        return "Connection reset by peer" in str(exc)
+    return False
+
+
 @pytest.mark.parametrize("isolation", MODES)
 def test_limit_max_requests_replaces_pairs_under_load_without_a_failed_request(tmp_path: Path,
                                                                                 isolation: str) -> None:
@@ -66,31 +82,15 @@ def test_limit_max_requests_replaces_pairs_under_load_without_a_failed_request(t
                         try:
                             r = client.get(srv.url + "/slow", params={"delay": "0.005"})
                             break
-                        except httpx.RemoteProtocolError as exc:
-                            # Closed before any response began: the request was never taken (a keep-alive
-                            # connection the draining pair closed as it was reused), and a GET may be
-                            # sent again (RFC 9112, 9.3.1), as browsers and proxies do. Counted. A refused
-                            # connection (no listener on the port) is a failure, not retried.
-                            if "without sending a response" not in str(exc):
-                                with lock:
-                                    failures.append(f"{type(exc).__name__}: {exc}")
-                                break
-                            with lock:
-                                retried.append(str(exc))
-                        except httpx.ReadError as exc:
-                            # The same race seen as a reset: the draining pair closed the idle
-                            # connection with the reused request unread in its socket, so the
-                            # kernel answered RST instead of FIN. Nothing reached the app; retried.
-                            if "Connection reset by peer" not in str(exc):
-                                with lock:
-                                    failures.append(f"{type(exc).__name__}: {exc}")
-                                break
-                            with lock:
-                                retried.append(str(exc))
                         except httpx.HTTPError as exc:
+                            again = never_taken(exc)
                             with lock:
-                                failures.append(f"{type(exc).__name__}: {exc}")
-                            break
+                                if again:
+                                    retried.append(str(exc))
+                                else:
+                                    failures.append(f"{type(exc).__name__}: {exc}")
+                            if not again:
+                                break
                     if r is None:
                         with lock:
                             failures.append("not answered")
