@@ -183,6 +183,9 @@ class http_server::impl {
   // ------------------------------------------------------------ responses
 
   void append_out(connection& c, byte_buffer&& bytes);
+  // The held response of request hol_seq + index (index >= 1), made on first
+  // use; nullptr (counted stale) when that response already ended.
+  later_response* later_slot(connection& c, std::uint32_t index);
   void queue_error_response(connection& c, std::uint16_t status, std::string_view reason);
 
   // The head-of-line response finished: move on to the next request, whose

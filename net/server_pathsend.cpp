@@ -66,17 +66,13 @@ bool http_server::impl::send_file(connection_id id, std::uint32_t seq,
     c->wrote_any = true;
     mark_dirty(*c);
   } else {
-    if (c->later.size() < index) {
-      c->later.resize(index);
-    }
-    later_response& r = c->later[index - 1];
-    if (r.ended) {
-      ctr_.stale_messages.add();
+    later_response* r = later_slot(*c, index);
+    if (r == nullptr) {
       return false;
     }
-    r.ended = true;
-    r.keep_alive = file->keep_alive;
-    r.file = std::move(file);
+    r->ended = true;
+    r->keep_alive = file->keep_alive;
+    r->file = std::move(file);
   }
   if (c->phase == conn_phase::open) {
     settle(*c);

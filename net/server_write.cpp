@@ -57,22 +57,18 @@ bool http_server::impl::send(connection_id id, std::uint32_t seq, byte_buffer&& 
       finish_hol(*c, flags.keep_alive);
     }
   } else {
-    if (c->later.size() < index) {
-      c->later.resize(index);
-    }
-    later_response& r = c->later[index - 1];
-    if (r.ended) {
-      ctr_.stale_messages.add();
+    later_response* r = later_slot(*c, index);
+    if (r == nullptr) {
       return false;
     }
     if (!bytes.empty()) {
       c->unsent += bytes.size();
       ctr_.unsent_bytes.add(bytes.size());
-      r.parts.push_back(std::move(bytes));
+      r->parts.push_back(std::move(bytes));
     }
     if (flags.end_of_response) {
-      r.ended = true;
-      r.keep_alive = flags.keep_alive;
+      r->ended = true;
+      r->keep_alive = flags.keep_alive;
     }
   }
   if (c->phase == conn_phase::open) {
@@ -101,6 +97,18 @@ void http_server::impl::flush_writes() {
     }
   }
   dirty_swap_.clear();
+}
+
+later_response* http_server::impl::later_slot(connection& c, std::uint32_t index) {
+  if (c.later.size() < index) {
+    c.later.resize(index);
+  }
+  later_response& r = c.later[index - 1];
+  if (r.ended) {
+    ctr_.stale_messages.add();
+    return nullptr;
+  }
+  return &r;
 }
 
 void http_server::impl::append_out(connection& c, byte_buffer&& bytes) {
