@@ -81,18 +81,30 @@ void app_side::stage(const outbound_command& cmd) {
   ch_.page.app.outbound_staged.add();
 }
 
-void app_side::send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes,
-                    send_options options) {
+namespace {
+
+// What send() and send_file() stage alike: a part of the response to
+// `request` of `conn` carrying `bytes` (the ring owns them once staged).
+outbound_command response_part(outbound_kind kind, net::connection_id conn, std::uint32_t request,
+                               net::byte_buffer& bytes, send_options options) noexcept {
   outbound_command cmd;
-  cmd.kind = outbound_kind::send;
+  cmd.kind = kind;
   cmd.conn = conn;
   cmd.request = request;
-  cmd.end_of_response = options.end_of_response;
   cmd.keep_alive = options.keep_alive;
-  cmd.notify_drained = options.notify_drained;
   cmd.status = options.status;
   cmd.data = bytes.data();
   cmd.size = bytes.size();
+  return cmd;
+}
+
+}  // namespace
+
+void app_side::send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes,
+                    send_options options) {
+  outbound_command cmd = response_part(outbound_kind::send, conn, request, bytes, options);
+  cmd.end_of_response = options.end_of_response;
+  cmd.notify_drained = options.notify_drained;
   stage(cmd);
   (void)bytes.release();  // the ring owns them now
 }
@@ -102,15 +114,8 @@ void app_side::send_file(net::connection_id conn, std::uint32_t request, int fd,
   net::byte_buffer spec{sizeof(file_send)};
   const file_send f{fd, offset, length};
   std::memcpy(spec.data(), &f, sizeof f);
-  outbound_command cmd;
-  cmd.kind = outbound_kind::send_file;
-  cmd.conn = conn;
-  cmd.request = request;
+  outbound_command cmd = response_part(outbound_kind::send_file, conn, request, spec, options);
   cmd.end_of_response = true;
-  cmd.keep_alive = options.keep_alive;
-  cmd.status = options.status;
-  cmd.data = spec.data();
-  cmd.size = spec.size();
   stage(cmd);
   (void)spec.release();  // the ring owns them now
 }
