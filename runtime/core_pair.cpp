@@ -7,6 +7,7 @@
 #include "io_thread.hpp"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -253,6 +254,13 @@ void dispose(const inbound_event& ev) noexcept {
 }
 
 void dispose(const outbound_command& cmd) noexcept {
+  if (cmd.kind == outbound_kind::send_file && cmd.size >= sizeof(file_send)) {
+    file_send f;  // the file the I/O thread would have sent and closed
+    std::memcpy(&f, cmd.data, sizeof f);
+    if (f.fd >= 0) {
+      ::close(f.fd);
+    }
+  }
   delete[] cmd.data;
   delete cmd.head;
 }

@@ -742,4 +742,25 @@ TEST_F(core_pair_http, InheritedListeningFdServes) {
   EXPECT_EQ(r.body, "ok /fd #0");
 }
 
+// A pathsend command carries an open descriptor the I/O thread closes once it
+// sent the file. One still in the outbound ring when the pair ends (published
+// or only staged: the I/O thread stopped before taking it) is closed as the
+// pair is torn down, not kept open until the process exits.
+TEST_F(core_pair_http, FileCommandsLeftInTheRingAreClosedWhenThePairEnds) {
+  auto p = std::make_unique<core_pair>(opt);
+  ASSERT_EQ(p->start(), "");
+  p->stop();  // nothing takes commands from here on
+  const int published = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int staged = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(published, 0);
+  ASSERT_GE(staged, 0);
+  p->app().send_file(connection_id{0, 1}, 0, published, 0, 10);
+  EXPECT_EQ(p->app().flush(), 1u);
+  p->app().send_file(connection_id{0, 1}, 1, staged, 0, 10);
+  ASSERT_NE(::fcntl(published, F_GETFD), -1) << "open while the pair lives";
+  p.reset();
+  EXPECT_EQ(::fcntl(published, F_GETFD), -1) << "the published command's file is still open";
+  EXPECT_EQ(::fcntl(staged, F_GETFD), -1) << "the staged command's file is still open";
+}
+
 }  // namespace
