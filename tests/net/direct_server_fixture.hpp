@@ -5,6 +5,8 @@
 // from one source file, so the anonymous namespace is that binary's own.
 #pragma once
 
+#include "pump_until.hpp"
+
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
 
@@ -178,17 +180,7 @@ class direct_server_test : public ::testing::Test {
 
   // Pumps until `pred` holds; false after `timeout`.
   bool pump_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 3s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      pump();
-      if (pred()) {
-        return true;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        return false;
-      }
-      std::this_thread::sleep_for(1ms);
-    }
+    return cadeloop::test::pump_until([this] { pump(); }, pred, timeout, 1ms);
   }
 
   // The app finishes request `seq` of `conn` with one whole response.

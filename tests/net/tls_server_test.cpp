@@ -6,6 +6,8 @@
 // one context shared by servers on several threads while it is reloaded
 // (the part run under TSan).
 
+#include "pump_until.hpp"
+
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
 #include <cadeloop/net/tls_context.hpp>
@@ -210,17 +212,7 @@ class tls_server_test : public ::testing::Test {
     server->flush_writes();
   }
   bool pump_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 5s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      pump();
-      if (pred()) {
-        return true;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        return false;
-      }
-      std::this_thread::sleep_for(100us);
-    }
+    return cadeloop::test::pump_until([this] { pump(); }, pred, timeout, 100us);
   }
 
   test_cert cert;

@@ -6,6 +6,8 @@
 // thread does.
 #pragma once
 
+#include "pump_until.hpp"
+
 #include <cadeloop/http/websocket.hpp>
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
@@ -227,17 +229,7 @@ class ws_server_test : public ::testing::Test {
     }
   }
   bool pump_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 3s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      pump();
-      if (pred()) {
-        return true;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        return false;
-      }
-      std::this_thread::sleep_for(1ms);
-    }
+    return cadeloop::test::pump_until([this] { pump(); }, pred, timeout, 1ms);
   }
   // Pumps until the client saw `n` frames (or its connection ended).
   bool frames_until(ws_client& c, std::size_t n) {
