@@ -14,6 +14,8 @@ from urllib.parse import parse_qs
 from cadeloop import _core
 from cadeloop.server import current_pair
 
+from app_lifespan import serve_lifespan
+
 if os.environ.get("CORES_APP_FAIL_IN_SUBINTERPRETER") and not _core.in_main_interpreter():
     raise RuntimeError("cores_app refuses to load in a sub-interpreter")
 
@@ -40,15 +42,7 @@ async def respond(send, body: bytes, content_type: bytes = b"text/plain") -> Non
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            if m["type"] == "lifespan.startup":
-                _event("startup")
-                await send({"type": "lifespan.startup.complete"})
-            elif m["type"] == "lifespan.shutdown":
-                _event("shutdown")
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(receive, send, lambda: _event("startup"), lambda: _event("shutdown"))
     path = scope["path"]
     q = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
     if path == "/pair":

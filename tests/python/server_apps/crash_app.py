@@ -14,6 +14,8 @@ from urllib.parse import parse_qs
 
 from cadeloop.server import current_pair
 
+from app_lifespan import serve_lifespan
+
 
 async def respond(send, body: bytes) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
@@ -22,13 +24,7 @@ async def respond(send, body: bytes) -> None:
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            if m["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif m["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(receive, send)
     path = scope["path"]
     q = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
     if path == "/exit":

@@ -6,16 +6,12 @@ import json
 import logging
 import os
 
+from app_lifespan import serve_lifespan
+
 
 async def app(scope, receive, send):  # type: ignore[no-untyped-def]
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(receive, send)
     if scope["path"].endswith("/log"):
         logging.getLogger("dropin").warning("a record from the app")
     body = json.dumps({

@@ -11,16 +11,12 @@ import json
 import os
 from urllib.parse import parse_qs
 
+from app_lifespan import serve_lifespan
+
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            if m["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif m["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(receive, send)
     q = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
     events = os.environ.get("FLEET_EVENTS")
     if events and "id" in q:

@@ -4,6 +4,8 @@ import asyncio
 import json
 from urllib.parse import parse_qs
 
+from app_lifespan import serve_lifespan
+
 EVENTS: list[str] = []  # what the app saw (read back through /events)
 SHARED_CHUNK = b"x" * 65536  # /big?shared=1 sends this one object (a static asset), not a fresh one per request
 
@@ -15,13 +17,7 @@ async def respond(send, body, status=200):
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            if m["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif m["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(receive, send)
     path = scope["path"]
     if path == "/hello":
         return await respond(send, b"hello")

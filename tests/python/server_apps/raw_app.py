@@ -5,6 +5,8 @@ import hashlib
 import json
 from urllib.parse import parse_qs
 
+from app_lifespan import serve_lifespan
+
 EVENTS: list[str] = []  # what the app saw (read back through /events)
 
 
@@ -26,15 +28,10 @@ async def read_body(receive):
 
 
 async def lifespan(scope, receive, send):
-    while True:
-        m = await receive()
-        if m["type"] == "lifespan.startup":
-            scope["state"]["greeting"] = "hello from lifespan"
-            await send({"type": "lifespan.startup.complete"})
-        elif m["type"] == "lifespan.shutdown":
-            print("raw_app: lifespan shutdown ran", flush=True)
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    def startup():
+        scope["state"]["greeting"] = "hello from lifespan"
+
+    await serve_lifespan(receive, send, startup, lambda: print("raw_app: lifespan shutdown ran", flush=True))
 
 
 async def app(scope, receive, send):

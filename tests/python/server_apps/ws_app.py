@@ -9,6 +9,8 @@ import asyncio
 import json
 import os
 
+from app_lifespan import serve_lifespan
+
 
 def record(**event):
     path = os.environ.get("WS_EVENTS")
@@ -18,15 +20,11 @@ def record(**event):
 
 
 async def lifespan(receive, send, scope):
-    while True:
-        msg = await receive()
-        if msg["type"] == "lifespan.startup":
-            if "state" in scope:
-                scope["state"]["started"] = "yes"
-            await send({"type": "lifespan.startup.complete"})
-        elif msg["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    def startup():
+        if "state" in scope:
+            scope["state"]["started"] = "yes"
+
+    await serve_lifespan(receive, send, startup)
 
 
 async def http(scope, receive, send):

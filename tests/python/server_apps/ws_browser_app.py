@@ -7,6 +7,8 @@ the text, and each binary message with its bytes reversed, so the page shows
 that the app, not only the socket, handled them.
 """
 
+from app_lifespan import serve_lifespan
+
 PAGE = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>ws</title></head>
 <body><pre id="result">pending</pre><pre id="done"></pre>
@@ -44,13 +46,7 @@ Promise.all([0, 1, 2, 3].map(one)).then(
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await serve_lifespan(receive, send)
     if scope["type"] == "http":
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/html; charset=utf-8")]})
