@@ -30,23 +30,22 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import re
 import shutil
 import signal
 import statistics
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-PEERS = ROOT / "build" / "bench-peers"
-RESULTS = ROOT / "bench" / "results"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(HERE.parent))
+# The pieces every driver shares (re-exported: bench/http/counts.py and bench/ws/ take them from here).
+from common import (PEERS, RESULTS, ROOT, TOOLS, cpu_seconds, machine, pinned, stop_server,  # noqa: E402,F401
+                    steal_seconds, tree_pids, wait_port)
+import common  # noqa: E402
 # cadeloop writes its core pair's counters here on SIGUSR1 (and at exit).
 STATS_FILE = Path("/tmp") / f"cadeloop-bench-stats-{os.getpid()}.json"
 # The access log of "cadeloop-log": a real file (in the page cache), appended to.
@@ -63,8 +62,6 @@ PEER_PACKAGES = {
     "cadeloop-rs": ["cadeloop==0.0.4"],
 }
 
-
-TOOLS = ROOT / "build" / "bench-tools"
 
 
 def build_tools() -> tuple[Path, Path]:
@@ -213,70 +210,7 @@ class Result:
 
 
 def setup_peers() -> None:
-    for name, packages in PEER_PACKAGES.items():
-        venv = PEERS / name
-        py = "python3.11" if shutil.which("python3.11") else sys.executable
-        if not (venv / "bin/python").exists():
-            subprocess.run([py, "-m", "venv", str(venv)], check=True)
-        r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                            *packages])
-        print(f"setup: {name}: {'ok' if r.returncode == 0 else 'FAILED'} ({' '.join(packages)})")
-
-
-def tree_pids(root: int) -> list[int]:
-    """root and every live descendant."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
-def steal_seconds(cpu: int) -> float:
-    """Time the hypervisor ran something else while CPU `cpu` had work (the 8th field of its /proc/stat line)."""
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith(f"cpu{cpu} "):
-            return int(line.split()[8]) / CLK_TCK
-    return 0.0
-
-
-def cpu_seconds(root: int) -> float:
-    """utime+stime (and reaped children's) of the whole process tree, from /proc/PID/stat."""
-    total = 0
-    for pid in tree_pids(root):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        # after the comm field: state=0 ... utime=11 stime=12 cutime=13 cstime=14
-        total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-    return total / CLK_TCK
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                if s.recv(64).startswith(b"HTTP/1.1 200"):
-                    return True
-        except OSError:
-            time.sleep(0.1)
-    return False
+    common.setup_peers(PEER_PACKAGES, "python3.11" if shutil.which("python3.11") else sys.executable)
 
 
 def run_load(port: int, w: Workload, duration: float, load_cpu: int, rate: float = 0.0) -> tuple[dict, str]:
@@ -316,26 +250,7 @@ def pair_stats(server: Server, pid: int) -> dict:
 def start_server(server: Server, port: int, args: argparse.Namespace,
                  timeout: float = 20.0) -> tuple[subprocess.Popen, str]:
     """Starts `server` on the server CPU; returns the process and "" or why it did not start."""
-    env = dict(os.environ, PYTHONPATH=str(HERE))
-    proc = subprocess.Popen(["taskset", "-c", str(args.server_cpu), *server.argv], cwd=HERE, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    if wait_port(port, proc, timeout):
-        return proc, ""
-    err = proc.stderr.read().decode(errors="replace")[-400:] if proc.poll() is not None else "no answer"
-    stop_server(proc)
-    return proc, f"did not start: {err.strip()}"
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    return common.start_server(pinned(args.server_cpu, server.argv), HERE, lambda p: wait_port(port, p, timeout))
 
 
 def capacity_rate(server: Server, proc: subprocess.Popen, port: int, w: Workload, args: argparse.Namespace) -> float:
@@ -433,12 +348,6 @@ def measure_interleaved(keys: list[str], workloads: list[Workload], args: argpar
         for _, proc, _ in started:
             stop_server(proc)
     return results
-
-
-def machine() -> str:
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                if l.startswith("model name")), platform.processor())
-    return f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}"
 
 
 def quiet_medians(results: list[Result], max_steal: float) -> list[str]:
@@ -559,7 +468,6 @@ def fmt_us(v: float) -> str:
 
 
 def write_report(results: list[Result], args: argparse.Namespace, command: str, extra: dict | None = None) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
     day = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     stem = RESULTS / f"{day}-http-{args.tag}"
     extra = extra or {}
@@ -618,11 +526,9 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str, 
                 continue
             lines.append(f"| {name} | {t['sleep_1ms_late_p50_us']:.0f} | {t['sleep_1ms_late_p99_us']:.0f} | "
                          f"{t['wakeup_p50_us']:.0f} | {t['wakeup_p99_us']:.0f} |")
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    stem.with_suffix(".json").write_text(json.dumps(
-        {"command": command, "machine": machine(), "date": day, **extra,
-         "results": [dict(vars(r), cpu_us_per_request=r.cpu_us_per_request) for r in results]}, indent=1))
-    return stem.with_suffix(".md")
+    return common.write_results(stem, lines, {
+        "command": command, "machine": machine(), "date": day, **extra,
+        "results": [dict(vars(r), cpu_us_per_request=r.cpu_us_per_request) for r in results]})
 
 
 SUITE_SERVERS = "cadeloop-rs,cadeloop,uvicorn,uvicorn-h11,granian,hypercorn,c-floor"

@@ -26,26 +26,23 @@ import importlib.util
 import json
 import os
 import platform
-import signal
-import socket
 import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 APP_DIR = ROOT / "bench" / "http"
-PEERS = ROOT / "build" / "bench-peers"
-TOOLS = ROOT / "build" / "bench-tools"
-RESULTS = ROOT / "bench" / "results"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(ROOT / "bench"))
+from common import (PEERS, RESULTS, TOOLS, cpu_seconds, pinned, start_server, steal_seconds, stop_server,  # noqa: E402
+                    wait_port)
+import common  # noqa: E402
 
-# bench/http/driver.py: the peers' pinned versions, process-tree CPU and steal time.
+# bench/http/driver.py: the peers' pinned versions.
 _spec = importlib.util.spec_from_file_location("http_driver", APP_DIR / "driver.py")
 assert _spec is not None and _spec.loader is not None
 http_driver = importlib.util.module_from_spec(_spec)
@@ -106,13 +103,7 @@ def server_argv(key: str, port: int, cert: Path, key_file: Path) -> list[str]:
 
 
 def setup_peers() -> None:
-    for name, packages in PEER_PACKAGES.items():
-        venv = PEERS / name
-        if not (venv / "bin/python").exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                            *packages])
-        print(f"setup: {name}: {'ok' if r.returncode == 0 else 'FAILED'} ({' '.join(packages)})")
+    common.setup_peers(PEER_PACKAGES, sys.executable)
 
 
 def build_load() -> Path:
@@ -137,41 +128,15 @@ def wait_tls(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> bool:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as raw:
-                with ctx.wrap_socket(raw) as s:
-                    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                    if s.recv(64).startswith(b"HTTP/1.1 200"):
-                        return True
-        except OSError:
-            time.sleep(0.1)
-    return False
+    return wait_port(port, proc, timeout, tls=ctx, connect_timeout=1)
 
 
 def start(key: str, port: int, cert: Path, key_file: Path, cpu: int) -> subprocess.Popen:
-    argv = ["taskset", "-c", str(cpu), *server_argv(key, port, cert, key_file)]
-    proc = subprocess.Popen(argv, cwd=APP_DIR, env=dict(os.environ, PYTHONPATH=str(APP_DIR)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    if not wait_tls(port, proc):
-        err = proc.stderr.read().decode(errors="replace")[-400:] if proc.poll() is not None else "no answer"
-        stop(proc)
-        raise RuntimeError(f"{key} did not start: {err.strip()}")
+    proc, error = start_server(pinned(cpu, server_argv(key, port, cert, key_file)), APP_DIR,
+                               lambda p: wait_tls(port, p))
+    if error:
+        raise RuntimeError(f"{key} {error}")
     return proc
-
-
-def stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=15)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def load(tool: Path, port: int, w: Workload, duration: float, cpu: int) -> dict:
@@ -189,11 +154,11 @@ def load(tool: Path, port: int, w: Workload, duration: float, cpu: int) -> dict:
 
 
 def one_run(tool: Path, key: str, proc: subprocess.Popen, port: int, w: Workload, args: argparse.Namespace) -> Run:
-    before = http_driver.cpu_seconds(proc.pid)
-    steal_before = http_driver.steal_seconds(args.server_cpu)
+    before = cpu_seconds(proc.pid)
+    steal_before = steal_seconds(args.server_cpu)
     figures = load(tool, port, w, args.duration, args.load_cpu)
-    cpu = http_driver.cpu_seconds(proc.pid) - before
-    steal = http_driver.steal_seconds(args.server_cpu) - steal_before
+    cpu = cpu_seconds(proc.pid) - before
+    steal = steal_seconds(args.server_cpu) - steal_before
     r = Run(key, w.key, rps=figures["rps"], requests=figures["requests"], cpu_s=cpu, p50_us=figures["p50_us"],
             p99_us=figures["p99_us"], errors=figures["errors"],
             extra={"handshakes_per_s": figures["handshakes_per_s"], "steal_share": steal / args.duration,
@@ -280,7 +245,7 @@ def main() -> int:
                         results.setdefault((key, w.key), []).append(one_run(tool, key, proc, port, w, args))
         finally:
             for proc, _ in procs.values():
-                stop(proc)
+                stop_server(proc)
     text = report(results, keys, args, load1)
     print(text)
     out = args.out or RESULTS / f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d}-tls-servers.md"

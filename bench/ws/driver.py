@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -41,10 +40,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "bench" / "http"))
-import driver as http_driver  # noqa: E402  (the peers' venvs, CPU and steal readers are shared)
+sys.path.insert(0, str(ROOT / "bench"))
+import driver as http_driver  # noqa: E402  (the peers' venvs)
+from common import (PEERS, RESULTS, cpu_seconds, load_average, machine, pinned, start_server,  # noqa: E402
+                    steal_seconds, stop_server, tree_pids, wait_port, write_results)
 
-PEERS = http_driver.PEERS
-RESULTS = ROOT / "bench" / "results"
 BUILD = ROOT / "build" / "bench-ws"
 WS_LOAD = BUILD / "bench" / "ws_load"
 # uvicorn serves WebSockets with this package (its `--ws websockets` implementation).
@@ -161,28 +161,16 @@ def raise_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def niced(argv: list[str], nice: int) -> list[str]:
-    return ["nice", "-n", str(nice), *argv] if nice else argv
-
-
 def start(server: Server, port: int, args: argparse.Namespace):
-    env = dict(os.environ, PYTHONPATH=str(HERE))
-    proc = subprocess.Popen(niced(["taskset", "-c", str(args.server_cpu), *server.argv], args.nice), cwd=HERE, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    if http_driver.wait_port(port, proc):
-        return proc, ""
-    err = proc.stderr.read().decode(errors="replace")[-400:] if proc.poll() is not None else "no answer"
-    http_driver.stop_server(proc)
-    return proc, f"did not start: {err.strip()}"
+    return start_server(pinned(args.server_cpu, server.argv, args.nice), HERE, lambda p: wait_port(port, p))
 
 
 def run_load(port: int, w: Workload, duration: float, warmup: float, load_cpu: int,
              at_start=lambda: None, at_end=lambda: None, nice: int = 0) -> dict:
     """One ws_load run; `at_start` and `at_end` are called when its measured window opens and closes."""
-    argv = ["taskset", "-c", str(load_cpu), str(WS_LOAD), "--port", str(port), "--connections", str(w.connections),
-            "--size", str(w.size), "--inflight", str(w.inflight), "--duration", str(duration),
-            "--warmup", str(warmup)]
-    proc = subprocess.Popen(niced(argv, nice), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [str(WS_LOAD), "--port", str(port), "--connections", str(w.connections), "--size", str(w.size),
+            "--inflight", str(w.inflight), "--duration", str(duration), "--warmup", str(warmup)]
+    proc = subprocess.Popen(pinned(load_cpu, argv, nice), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -204,9 +192,9 @@ def one_run(server: Server, proc, port: int, w: Workload, args: argparse.Namespa
     marks: dict[str, float] = {}
 
     def sample(name: str) -> None:
-        marks[name] = http_driver.cpu_seconds(proc.pid)
-        marks[name + "_steal"] = http_driver.steal_seconds(args.server_cpu)
-        marks[name + "_lsteal"] = http_driver.steal_seconds(args.load_cpu)
+        marks[name] = cpu_seconds(proc.pid)
+        marks[name + "_steal"] = steal_seconds(args.server_cpu)
+        marks[name + "_lsteal"] = steal_seconds(args.load_cpu)
         marks[name + "_t"] = time.monotonic()
 
     figures = run_load(port, w, args.duration, args.warmup, args.load_cpu, lambda: sample("a"), lambda: sample("b"),
@@ -250,13 +238,13 @@ def measure(keys: list[str], workloads: list[Workload], args: argparse.Namespace
                     results.append(r)
     finally:
         for _, proc, _ in started:
-            http_driver.stop_server(proc)
+            stop_server(proc)
     return results
 
 
 def uss_bytes(root: int) -> int:
     total = 0
-    for pid in http_driver.tree_pids(root):
+    for pid in tree_pids(root):
         try:
             text = Path(f"/proc/{pid}/smaps_rollup").read_text()
         except OSError:
@@ -278,8 +266,8 @@ def idle_memory(key: str, args: argparse.Namespace) -> dict:
         run_load(args.port, Workload("warm", "warm", 64, 64), 1.0, 0.2, args.load_cpu, nice=args.nice)
         time.sleep(0.5)
         base = uss_bytes(proc.pid)
-        client = subprocess.Popen(niced(["taskset", "-c", str(args.load_cpu), str(WS_LOAD), "--port", str(args.port),
-                                         "--connections", str(args.idle_connections), "--idle"], args.nice),
+        client = subprocess.Popen(pinned(args.load_cpu, [str(WS_LOAD), "--port", str(args.port), "--connections",
+                                                         str(args.idle_connections), "--idle"], args.nice),
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = client.stdout.readline().split()  # "open N failed M"
         time.sleep(2.0)  # let the app side settle (each connection's task is waiting in receive())
@@ -294,11 +282,7 @@ def idle_memory(key: str, args: argparse.Namespace) -> dict:
         return {"server": server.name, "open": opened, "failed": failed, "uss_before": base, "uss_after": loaded,
                 "bytes_per_websocket": per}
     finally:
-        http_driver.stop_server(proc)
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        stop_server(proc)
 
 
 def medians(results: list[Result], max_steal: float, order: list[str]) -> list[str]:
@@ -364,13 +348,12 @@ def medians(results: list[Result], max_steal: float, order: list[str]) -> list[s
 
 def write_report(results: list[Result], idle: list[dict], args: argparse.Namespace, command: str,
                  loads: tuple[str, str]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc)
     stem = RESULTS / f"{now:%Y-%m-%d}-ws-{args.tag}"
     lines = [
         f"# WebSocket servers side by side, {now:%Y-%m-%d %H:%M} UTC", "",
         f"- command: `{command}`",
-        f"- machine: {http_driver.machine()}",
+        f"- machine: {machine()}",
         f"- load average (1, 5, 15 min) at the start: {loads[0]}; at the end: {loads[1]}",
         f"- server on CPU {args.server_cpu}, ws_load (C++, one thread, epoll) on CPU {args.load_cpu}; each run "
         f"{args.duration} s measured after {args.warmup} s warm-up, {args.rounds} rounds, servers in turn",
@@ -403,12 +386,9 @@ def write_report(results: list[Result], idle: list[dict], args: argparse.Namespa
             else:
                 lines.append(f"| {m['server']} | {m['open']} | {m['uss_before'] / 2**20:.1f} MiB | "
                              f"{m['uss_after'] / 2**20:.1f} MiB | {m['bytes_per_websocket'] / 1024:.2f} KiB |")
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    stem.with_suffix(".json").write_text(json.dumps(
-        {"command": command, "machine": http_driver.machine(), "date": now.isoformat(), "load_average": loads,
-         "results": [dict(vars(r), cpu_us_per_message=r.cpu_us_per_message) for r in results], "idle": idle},
-        indent=1))
-    return stem.with_suffix(".md")
+    return write_results(stem, lines, {
+        "command": command, "machine": machine(), "date": now.isoformat(), "load_average": loads,
+        "results": [dict(vars(r), cpu_us_per_message=r.cpu_us_per_message) for r in results], "idle": idle})
 
 
 def main() -> int:
