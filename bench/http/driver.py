@@ -401,7 +401,8 @@ def paired_ratios(results: list[Result], max_steal: float) -> list[str]:
         return bool(r.rps) and max(r.extra.get("steal_share", 0.0), r.extra.get("load_steal_share", 0.0)) < max_steal
 
     for w in dict.fromkeys(r.workload for r in results):
-        names = list(dict.fromkeys(r.server for r in results if r.workload == w))
+        # Servers with a measured run only: one that did not start (its error results come first) is no base.
+        names = list(dict.fromkeys(r.server for r in results if r.workload == w and r.rps))
         for name in names[1:]:
             rps, cpu = [], []
             for (workload, _), runs in rounds.items():
