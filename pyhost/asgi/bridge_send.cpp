@@ -168,6 +168,13 @@ bool bridge::encode_head(request_object* r, std::optional<std::uint64_t> body_si
         {{PyBytes_AS_STRING(name), static_cast<std::size_t>(PyBytes_GET_SIZE(name))},
          {PyBytes_AS_STRING(value), static_cast<std::size_t>(PyBytes_GET_SIZE(value))}});
   }
+  if (!r->ctx.server_closing && side_.stop_requested()) {
+    // The pair drains: the I/O thread closes the connection after this
+    // response, which says so (nothing is written yet: a 100 Continue
+    // leaves the encoder where start() puts it).
+    r->ctx.server_closing = true;
+    r->encoder->start(r->ctx);
+  }
   http::response_head head;
   head.status = r->status;
   head.headers = fields;

@@ -127,6 +127,31 @@ def test_readyz_turns_503_at_sigterm_while_requests_in_flight_finish(tmp_path: P
     srv.stop()
 
 
+@pytest.mark.parametrize("isolation", MODES)
+def test_the_response_in_flight_at_sigterm_says_connection_close(tmp_path: Path, isolation: str) -> None:
+    # A keep-alive connection whose request is in flight when the drain begins: its response is the last one
+    # on it, and it says so (Connection: close), so the client does not send its next request on a connection
+    # that is closing (it would be lost in the race with the close, as a reset or an unanswered request).
+    srv = ServerProcess("cores_app:app", "--cores", "1", "--isolation", isolation, "--grace", "10",
+                        tmp=tmp_path).start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            f = s.makefile("rb")
+            s.sendall(b"GET /slow?delay=0 HTTP/1.1\r\nHost: t\r\n\r\n")
+            status, headers, _ = read_response(f)
+            assert status == 200 and headers.get("connection") != "close"  # kept alive before the drain
+            s.sendall(b"GET /slow?delay=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+            time.sleep(0.3)  # the request is in flight
+            srv.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+            status, headers, body = read_response(f)
+            assert status == 200 and body.startswith(b"slow done")
+            assert headers.get("connection") == "close", headers
+            assert f.read() == b""
+        assert srv.proc.wait(20) == 0  # type: ignore[union-attr]
+    finally:
+        srv.stop()
+
+
 def pipelined_requests(port: int, connections: int, per_connection: int, path: str = "/pair") -> int:
     """Sends per_connection pipelined GETs on each of `connections` connections; returns the 200s read."""
     ok = 0

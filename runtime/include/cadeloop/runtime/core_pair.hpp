@@ -188,6 +188,13 @@ class app_side {
   /// Counts a request or websocket refused by limit_concurrency. App thread.
   void count_concurrency_refusal() noexcept { ch_.page.app.concurrency_refusals.add(); }
 
+  /// True once the pair was asked to stop: its I/O thread drains, closing
+  /// each connection after the response in flight on it, so a response
+  /// whose head is written now says `Connection: close`. Any thread.
+  [[nodiscard]] bool stop_requested() const noexcept {
+    return ch_.stop_requested.load(std::memory_order_relaxed);
+  }
+
   /// True once the I/O thread has finished (after its last messages, which
   /// are published before this turns true). App thread (any thread may ask).
   [[nodiscard]] bool io_stopped() const noexcept {
