@@ -24,7 +24,7 @@ from asyncio import base_events, events, format_helpers, protocols, selector_eve
 from asyncio.log import logger
 from typing import Any, Coroutine, Iterator, Mapping, TypeVar
 
-from . import _core
+from . import _core, _loop_pipes
 
 __all__ = ["Loop", "EventLoopPolicy", "new_event_loop", "install", "run"]
 
@@ -456,11 +456,35 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
             self._ensure_fd_no_transport(sock)
         return _DatagramTransport(self, sock, protocol, address, waiter, extra)
 
+    # --- pipes and subprocesses (_loop_pipes.py: C++ pipe cores, pidfd child watching) ---
+
+    _cadeloop_children: dict[int, Any] | None = None  # pidfd -> subprocess transport
+
+    def _make_read_pipe_transport(self, pipe: Any, protocol: Any, waiter: Any = None,
+                                  extra: Any = None) -> Any:
+        return _loop_pipes._ReadPipeTransport(self, pipe, protocol, waiter, extra)
+
+    def _make_write_pipe_transport(self, pipe: Any, protocol: Any, waiter: Any = None,
+                                   extra: Any = None) -> Any:
+        return _loop_pipes._WritePipeTransport(self, pipe, protocol, waiter, extra)
+
+    async def _make_subprocess_transport(self, protocol: Any, args: Any, shell: bool, stdin: Any, stdout: Any,
+                                         stderr: Any, bufsize: int, extra: Any = None, **kwargs: Any) -> Any:
+        if not _loop_pipes.watches_natively():
+            return await super()._make_subprocess_transport(protocol, args, shell, stdin, stdout, stderr,
+                                                            bufsize, extra=extra, **kwargs)
+        return await _loop_pipes.make_subprocess_transport(self, protocol, args, shell, stdin, stdout, stderr,
+                                                           bufsize, extra, kwargs)
+
+    def _cadeloop_child_status_lost(self, pid: int, process_exited: Any) -> int:
+        return _loop_pipes.child_status_lost(pid, process_exited)
+
     def close(self) -> None:
         if self.is_running():
             raise RuntimeError("Cannot close a running event loop")
         if self.is_closed():
             return
+        _loop_pipes.forget_children(self)
         try:
             super().close()
         finally:
