@@ -7,8 +7,9 @@ passes, and the hot half of the TCP/Unix socket transports) and from asyncio's
 own selector event loop, whose Python code supplies what is not hot yet: the
 set-up and clean-up of run_forever, run_until_complete, tasks and futures, the exception handler, executors and DNS, sock_* methods,
 the accept path of servers, the cold paths of UDP transports (their reads and
-ordinary sends are C++), pipe transports, signals, subprocesses and
-TLS (asyncio's SSL protocol over cadeloop's socket transports).
+ordinary sends are C++), the cold paths of pipe transports (their reads and
+writes are C++, _loop_pipes.py; child processes are watched with a pidfd in
+C++), signals and TLS (asyncio's SSL protocol over cadeloop's socket transports).
 """
 
 from __future__ import annotations
@@ -536,7 +537,8 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         callbacks_dispatched, timers_fired, xthread_items, wakeups_sent, spins,
         spin_hits, ready_len, timers_len, fds_registered, and for the socket
         transports: connections (live now), bytes_received, bytes_sent and
-        sends_posted (send/sendmsg calls, at most one per transport per pass).
+        sends_posted (send/sendmsg calls, at most one per transport per pass;
+        the pipe transports' reads and writes count there too).
         While a server's core pair feeds this loop (cadeloop.serve(), the
         `cadeloop` command), `pair` holds that pair's counters too: requests,
         responses by status class, connections, ring depths, wake-ups each
