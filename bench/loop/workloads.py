@@ -470,7 +470,7 @@ def pipe_ping_pong_1k(loop: Loop, rounds: int = 100_000) -> float:
     return loop.run_until_complete(main())
 
 
-def subprocess_spawn_wait(loop: Loop, n: int = 400, width: int = 8) -> float:
+def subprocess_spawn_wait(loop: Loop, n: int = 2000, width: int = 8) -> float:
     """Children per second: `width` at a time, each /bin/true started with
     create_subprocess_exec (no pipes) and waited for; the loop watches them
     (cadeloop: pidfd; asyncio 3.11: a thread per child; 3.12+: pidfd; uvloop: SIGCHLD)."""
@@ -488,7 +488,7 @@ def subprocess_spawn_wait(loop: Loop, n: int = 400, width: int = 8) -> float:
     return loop.run_until_complete(main())
 
 
-def subprocess_echo(loop: Loop, n: int = 100, size: int = 256 * 1024) -> float:
+def subprocess_echo(loop: Loop, n: int = 400, size: int = 256 * 1024) -> float:
     """Children per second: each `cat` gets `size` bytes on stdin through communicate() and
     gives them back on stdout (three pipe transports and one child watch per child)."""
     payload = b"c" * size

@@ -509,3 +509,35 @@ def test_loop_closed_with_a_running_child_leaves_no_pidfd() -> None:
         os.fstat(pidfd)
     holder["proc"]._transport._proc.wait(timeout=10)
     asyncio.set_event_loop_policy(None)
+
+
+def test_without_pidfd_asyncio_child_watcher_watches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where pidfd_open(2) is missing (ENOSYS), cadeloop takes asyncio's own path (its thread watcher here)."""
+    import errno
+
+    from cadeloop import _loop_pipes
+
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    calls: list[int] = []
+    original = unix_events.ThreadedChildWatcher.add_child_handler
+
+    def counting(self: Any, pid: int, callback: Any, *args: Any) -> None:
+        calls.append(pid)
+        original(self, pid, callback, *args)
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    monkeypatch.setattr(_loop_pipes, "_pidfd_works", None)
+    monkeypatch.setattr(unix_events.ThreadedChildWatcher, "add_child_handler", counting)
+    asyncio.set_event_loop_policy(None)
+    try:
+
+        async def main() -> int:
+            p = await asyncio.create_subprocess_exec("/bin/sh", "-c", "exit 6")
+            return await p.wait()
+
+        assert cadeloop.run(main()) == 6
+    finally:
+        asyncio.set_event_loop_policy(None)
+    assert len(calls) == 1
