@@ -463,11 +463,11 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
 
     def _make_read_pipe_transport(self, pipe: Any, protocol: Any, waiter: Any = None,
                                   extra: Any = None) -> Any:
-        return _loop_pipes._ReadPipeTransport(self, pipe, protocol, waiter, extra)
+        return _loop_pipes.ReadPipeTransport(self, pipe, protocol, waiter, extra)
 
     def _make_write_pipe_transport(self, pipe: Any, protocol: Any, waiter: Any = None,
                                    extra: Any = None) -> Any:
-        return _loop_pipes._WritePipeTransport(self, pipe, protocol, waiter, extra)
+        return _loop_pipes.WritePipeTransport(self, pipe, protocol, waiter, extra)
 
     async def _make_subprocess_transport(self, protocol: Any, args: Any, shell: bool, stdin: Any, stdout: Any,
                                          stderr: Any, bufsize: int, extra: Any = None, **kwargs: Any) -> Any:

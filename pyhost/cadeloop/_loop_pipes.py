@@ -38,7 +38,7 @@ def _core_field(name: str, doc: str) -> property:
     return property(get, set_, doc=doc)
 
 
-class _ReadPipeTransport(unix_events._UnixReadPipeTransport):  # type: ignore[misc,name-defined]
+class ReadPipeTransport(unix_events._UnixReadPipeTransport):  # type: ignore[misc,name-defined]
     """asyncio's read pipe transport whose reads are C++ (`_core.read_ready` is the fd's reader)."""
 
     _protocol = _core_field("protocol", "the protocol data goes to")
@@ -71,7 +71,7 @@ class _ReadPipeTransport(unix_events._UnixReadPipeTransport):  # type: ignore[mi
             self._core.release()
 
 
-class _WritePipeTransport(unix_events._UnixWritePipeTransport):  # type: ignore[misc,name-defined]
+class WritePipeTransport(unix_events._UnixWritePipeTransport):  # type: ignore[misc,name-defined]
     """asyncio's write pipe transport whose write() and writer are C++."""
 
     _protocol = _core_field("protocol", "the transport's protocol")

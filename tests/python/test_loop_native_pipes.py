@@ -15,6 +15,7 @@ no watcher thread started.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import socket
@@ -29,6 +30,7 @@ import pytest
 from test_loop_differential import Scenario, transcript
 
 import cadeloop
+from cadeloop import _loop_pipes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -513,10 +515,6 @@ def test_loop_closed_with_a_running_child_leaves_no_pidfd() -> None:
 
 def test_without_pidfd_asyncio_child_watcher_watches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where pidfd_open(2) is missing (ENOSYS), cadeloop takes asyncio's own path (its thread watcher here)."""
-    import errno
-
-    from cadeloop import _loop_pipes
-
     def no_pidfd(pid: int, flags: int = 0) -> int:
         raise OSError(errno.ENOSYS, "Function not implemented")
 
