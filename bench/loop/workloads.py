@@ -415,6 +415,100 @@ def udp_echo_256_8(loop: Loop) -> float:
     return _udp_echo(loop, 8, 256, 100_000)
 
 
+class _PipeEnd(asyncio.Protocol):
+    """The reading end of a pipe ping-pong: counts bytes, calls back per full message."""
+
+    def __init__(self, size: int, on_message: Callable[[], None]) -> None:
+        self.size = size
+        self.got = 0
+        self.on_message = on_message
+
+    def data_received(self, data: bytes) -> None:
+        self.got += len(data)
+        while self.got >= self.size:
+            self.got -= self.size
+            self.on_message()
+
+
+def pipe_ping_pong_1k(loop: Loop, rounds: int = 100_000) -> float:
+    """Round trips per second: a 1 KiB message through two os.pipe()s and back, all four ends
+    connect_read_pipe / connect_write_pipe transports of this loop (protocol-based)."""
+    size = 1024
+    payload = b"p" * size
+
+    async def main() -> float:
+        a_r, a_w = os.pipe()
+        b_r, b_w = os.pipe()
+        done = loop.create_future()
+        count = [0]
+        ends: dict[str, Any] = {}
+
+        def at_far_end() -> None:  # echo back
+            ends["back"].write(payload)
+
+        def at_near_end() -> None:
+            count[0] += 1
+            if count[0] >= rounds:
+                if not done.done():
+                    done.set_result(None)
+                return
+            ends["out"].write(payload)
+
+        ends["out"], _ = await loop.connect_write_pipe(asyncio.Protocol, open(a_w, "wb", buffering=0))
+        far, _ = await loop.connect_read_pipe(lambda: _PipeEnd(size, at_far_end), open(a_r, "rb", buffering=0))
+        ends["back"], _ = await loop.connect_write_pipe(asyncio.Protocol, open(b_w, "wb", buffering=0))
+        near, _ = await loop.connect_read_pipe(lambda: _PipeEnd(size, at_near_end), open(b_r, "rb", buffering=0))
+        t0 = _now()
+        ends["out"].write(payload)
+        await done
+        elapsed = _now() - t0
+        for tr in (ends["out"], ends["back"], far, near):
+            tr.close()
+        await asyncio.sleep(0)
+        return rounds / elapsed
+
+    return loop.run_until_complete(main())
+
+
+def subprocess_spawn_wait(loop: Loop, n: int = 2000, width: int = 8) -> float:
+    """Children per second: `width` at a time, each /bin/true started with
+    create_subprocess_exec (no pipes) and waited for; the loop watches them
+    (cadeloop: pidfd; asyncio 3.11: a thread per child; 3.12+: pidfd; uvloop: SIGCHLD)."""
+
+    async def one() -> None:
+        p = await asyncio.create_subprocess_exec("/bin/true")
+        await p.wait()
+
+    async def main() -> float:
+        t0 = _now()
+        for _ in range(n // width):
+            await asyncio.gather(*(one() for _ in range(width)))
+        return n / (_now() - t0)
+
+    return loop.run_until_complete(main())
+
+
+def subprocess_echo(loop: Loop, n: int = 400, size: int = 256 * 1024) -> float:
+    """Children per second: each `cat` gets `size` bytes on stdin through communicate() and
+    gives them back on stdout (three pipe transports and one child watch per child)."""
+    payload = b"c" * size
+
+    async def one() -> None:
+        p = await asyncio.create_subprocess_exec("cat", stdin=asyncio.subprocess.PIPE,
+                                                 stdout=asyncio.subprocess.PIPE)
+        out, _ = await p.communicate(payload)
+        if len(out) != size:
+            raise RuntimeError(f"cat gave back {len(out)} bytes of {size}")
+
+    async def main() -> float:
+        t0 = _now()
+        for _ in range(n // 4):
+            await asyncio.gather(*(one() for _ in range(4)))
+        return n / (_now() - t0)
+
+    return loop.run_until_complete(main())
+
+
 WORKLOADS: dict[str, tuple[Callable[[Loop], float], str]] = {
     "call_soon_chain": (call_soon_chain, "callbacks/s"),
     "call_soon_burst": (call_soon_burst, "callbacks/s"),
@@ -431,6 +525,9 @@ WORKLOADS: dict[str, tuple[Callable[[Loop], float], str]] = {
     "tcp_echo_1k_64conn": (tcp_echo_1k_64, "round trips/s"),
     "tcp_echo_64k_8conn": (tcp_echo_64k_8, "round trips/s"),
     "udp_echo_256b_8ep": (udp_echo_256_8, "round trips/s"),
+    "pipe_ping_pong_1k": (pipe_ping_pong_1k, "round trips/s"),
+    "subprocess_spawn_wait": (subprocess_spawn_wait, "children/s"),
+    "subprocess_echo_256k": (subprocess_echo, "children/s"),
 }
 
 

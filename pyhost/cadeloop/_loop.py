@@ -7,8 +7,9 @@ passes, and the hot half of the TCP/Unix socket transports) and from asyncio's
 own selector event loop, whose Python code supplies what is not hot yet: the
 set-up and clean-up of run_forever, run_until_complete, tasks and futures, the exception handler, executors and DNS, sock_* methods,
 the accept path of servers, the cold paths of UDP transports (their reads and
-ordinary sends are C++), pipe transports, signals, subprocesses and
-TLS (asyncio's SSL protocol over cadeloop's socket transports).
+ordinary sends are C++), the cold paths of pipe transports (their reads and
+writes are C++, _loop_pipes.py; child processes are watched with a pidfd in
+C++), signals and TLS (asyncio's SSL protocol over cadeloop's socket transports).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from asyncio import base_events, events, format_helpers, protocols, selector_eve
 from asyncio.log import logger
 from typing import Any, Coroutine, Iterator, Mapping, TypeVar
 
-from . import _core
+from . import _core, _loop_pipes
 
 __all__ = ["Loop", "EventLoopPolicy", "new_event_loop", "install", "run"]
 
@@ -456,11 +457,35 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
             self._ensure_fd_no_transport(sock)
         return _DatagramTransport(self, sock, protocol, address, waiter, extra)
 
+    # --- pipes and subprocesses (_loop_pipes.py: C++ pipe cores, pidfd child watching) ---
+
+    _cadeloop_children: dict[int, Any] | None = None  # pidfd -> subprocess transport
+
+    def _make_read_pipe_transport(self, pipe: Any, protocol: Any, waiter: Any = None,
+                                  extra: Any = None) -> Any:
+        return _loop_pipes.ReadPipeTransport(self, pipe, protocol, waiter, extra)
+
+    def _make_write_pipe_transport(self, pipe: Any, protocol: Any, waiter: Any = None,
+                                   extra: Any = None) -> Any:
+        return _loop_pipes.WritePipeTransport(self, pipe, protocol, waiter, extra)
+
+    async def _make_subprocess_transport(self, protocol: Any, args: Any, shell: bool, stdin: Any, stdout: Any,
+                                         stderr: Any, bufsize: int, extra: Any = None, **kwargs: Any) -> Any:
+        if not _loop_pipes.watches_natively():
+            return await super()._make_subprocess_transport(protocol, args, shell, stdin, stdout, stderr,
+                                                            bufsize, extra=extra, **kwargs)
+        return await _loop_pipes.make_subprocess_transport(self, protocol, args, shell, stdin, stdout, stderr,
+                                                           bufsize, extra, kwargs)
+
+    def _cadeloop_child_status_lost(self, pid: int, process_exited: Any) -> int:
+        return _loop_pipes.child_status_lost(pid, process_exited)
+
     def close(self) -> None:
         if self.is_running():
             raise RuntimeError("Cannot close a running event loop")
         if self.is_closed():
             return
+        _loop_pipes.forget_children(self)
         try:
             super().close()
         finally:
@@ -512,7 +537,8 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         callbacks_dispatched, timers_fired, xthread_items, wakeups_sent, spins,
         spin_hits, ready_len, timers_len, fds_registered, and for the socket
         transports: connections (live now), bytes_received, bytes_sent and
-        sends_posted (send/sendmsg calls, at most one per transport per pass).
+        sends_posted (send/sendmsg calls, at most one per transport per pass;
+        the pipe transports' reads and writes count there too).
         While a server's core pair feeds this loop (cadeloop.serve(), the
         `cadeloop` command), `pair` holds that pair's counters too: requests,
         responses by status class, connections, ring depths, wake-ups each

@@ -340,6 +340,9 @@ PyMethodDef loop_methods[] = {
     {"_set_spin", loop_set_spin, METH_VARARGS, nullptr},
     {"_attach_source", loop_attach_source, METH_O, nullptr},
     {"_detach_source", loop_detach_source, METH_NOARGS, nullptr},
+    // pipes and subprocesses (loop_process.cpp)
+    {"_watch_child", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_watch_child)),
+     METH_FASTCALL, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -383,7 +386,7 @@ void register_loop(pybind11::module_& m) {
   PyObject* transport_type = nullptr;
   if (loop::add_handle_types(module, &handle_type, &timer_type) < 0 ||
       loop::add_transport_type(module, &transport_type) < 0 ||
-      loop::add_datagram_type(module) < 0) {
+      loop::add_datagram_type(module) < 0 || loop::add_pipe_type(module) < 0) {
     Py_XDECREF(handle_type);
     Py_XDECREF(timer_type);
     Py_XDECREF(transport_type);

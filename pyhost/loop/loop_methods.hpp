@@ -109,4 +109,8 @@ PyObject* loop_set_spin(PyObject* self, PyObject* args);
 PyObject* loop_attach_source(PyObject* self, PyObject* capsule);
 PyObject* loop_detach_source(PyObject* self, PyObject* unused);
 
+// --- loop_pipe.cpp, loop_process.cpp: pipe transports and child processes (pidfd)
+int add_pipe_type(PyObject* module);
+PyObject* loop_watch_child(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+
 }  // namespace cadeloop::pyhost::loop
