@@ -388,7 +388,7 @@ class DatagramSink(asyncio.DatagramProtocol):
         self.got.put_nowait(data)
 
 
-async def through_native_paths(calls: list[str]) -> tuple[list[Any], int | None]:
+async def through_native_paths(calls: list[str], wait: float) -> tuple[list[Any], int | None]:
     """Three TCP connections to a server and one Unix datagram; what came back."""
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(lambda _l, ctx: calls.append(str(ctx.get("message"))))
@@ -400,7 +400,7 @@ async def through_native_paths(calls: list[str]) -> tuple[list[Any], int | None]
             c.setblocking(False)
             await loop.sock_sendall(c, b"ping%d" % i)
             try:
-                replies.append(await asyncio.wait_for(loop.sock_recv(c, 100), 0.5))
+                replies.append(await asyncio.wait_for(loop.sock_recv(c, 100), wait))
             except asyncio.TimeoutError:
                 replies.append(None)
     server.close()
@@ -410,7 +410,7 @@ async def through_native_paths(calls: list[str]) -> tuple[list[Any], int | None]
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.sendto(b"dgram", path)
         try:
-            replies.append(await asyncio.wait_for(p.got.get(), 0.5))
+            replies.append(await asyncio.wait_for(p.got.get(), wait))
         except asyncio.TimeoutError:
             replies.append(None)
         t.close()
@@ -428,10 +428,10 @@ def test_accept_and_unix_datagram_reads_do_not_run_asyncio_python(monkeypatch: p
 
     monkeypatch.setattr(selector_events.BaseSelectorEventLoop, "_accept_connection", refuse)
     monkeypatch.setattr(selector_events._SelectorDatagramTransport, "_read_ready", refuse)
-    replies, accepted = cadeloop.run(through_native_paths(calls))
+    replies, accepted = cadeloop.run(through_native_paths(calls, 10))
     assert (replies, accepted, calls) == ([b"ping0", b"ping1", b"ping2", b"dgram"], 3, [])
     # asyncio's own loop does run the patched code (so the patch is the right one).
     with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:
-        replies, _ = runner.run(through_native_paths(calls))
+        replies, _ = runner.run(through_native_paths(calls, 0.3))
     assert replies == [None] * 4
     assert "asyncio's Python code ran" in calls
