@@ -215,7 +215,7 @@ def emfile_scenario() -> Scenario:
         clients, more = connect_clients(listener.getsockname(), 2)
         names.update(more)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        probe = os.dup(0)
+        probe = os.open(os.devnull, os.O_RDONLY)  # the lowest free fd
         os.close(probe)
         resource.setrlimit(resource.RLIMIT_NOFILE, (probe, hard))  # no new fd from here
         try:
