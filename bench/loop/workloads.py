@@ -470,6 +470,71 @@ def pipe_ping_pong_1k(loop: Loop, rounds: int = 100_000) -> float:
     return loop.run_until_complete(main())
 
 
+# --------------------------------------------------------------- accept churn
+
+
+class _ChurnServer(asyncio.Protocol):
+    def __init__(self, made: list[Any], lost: list[Any]) -> None:
+        self.made = made
+        self.lost = lost
+
+    def connection_made(self, transport: Any) -> None:
+        self.made[0] += 1
+        if self.made[0] == self.made[1] and not self.made[2].done():
+            self.made[2].set_result(None)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.lost[0] += 1
+        if self.lost[0] == self.lost[1] and not self.lost[2].done():
+            self.lost[2].set_result(None)
+
+
+def _accept_churn(loop: Loop, total: int, batch: int, python_accept: bool = False) -> float:
+    """Connections per second made, accepted and closed against a server on this loop.
+
+    Clients are plain blocking sockets (connect() on loopback completes into the
+    listen queue at once; close() with SO_LINGER 0 sends a reset, so no
+    TIME_WAIT uses up ports): `batch` connect, the server's protocol sees each
+    connection_made, then all close and the server sees each connection_lost.
+    python_accept: on cadeloop, asyncio's own Python accept path instead of the
+    C++ one (the figure before it), for an A/B in one run.
+    """
+    if python_accept and type(loop).__module__.startswith("cadeloop"):
+        loop._start_serving = asyncio.SelectorEventLoop._start_serving.__get__(loop)  # type: ignore[attr-defined]
+    linger = __import__("struct").pack("ii", 1, 0)
+
+    async def main() -> float:
+        made: list[Any] = [0, 0, None]
+        lost: list[Any] = [0, 0, None]
+        server = await loop.create_server(lambda: _ChurnServer(made, lost), "127.0.0.1", 0, backlog=1024)
+        address = server.sockets[0].getsockname()
+        done = 0
+        t0 = _now()
+        while done < total:
+            n = min(batch, total - done)
+            made[1] += n
+            lost[1] += n
+            made[2] = loop.create_future()
+            lost[2] = loop.create_future()
+            clients = []
+            for _ in range(n):
+                c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                c.connect(address)
+                clients.append(c)
+            await asyncio.wait_for(made[2], 60)
+            for c in clients:
+                c.close()
+            await asyncio.wait_for(lost[2], 60)
+            done += n
+        elapsed = _now() - t0
+        server.close()
+        await server.wait_closed()
+        return done / elapsed
+
+    return loop.run_until_complete(main())
+
+
 def subprocess_spawn_wait(loop: Loop, n: int = 2000, width: int = 8) -> float:
     """Children per second: `width` at a time, each /bin/true started with
     create_subprocess_exec (no pipes) and waited for; the loop watches them
@@ -509,6 +574,14 @@ def subprocess_echo(loop: Loop, n: int = 400, size: int = 256 * 1024) -> float:
     return loop.run_until_complete(main())
 
 
+def tcp_accept_churn_64(loop: Loop) -> float:
+    return _accept_churn(loop, 20_000, 64)
+
+
+def tcp_accept_churn_64_pyaccept(loop: Loop) -> float:
+    return _accept_churn(loop, 20_000, 64, python_accept=True)
+
+
 WORKLOADS: dict[str, tuple[Callable[[Loop], float], str]] = {
     "call_soon_chain": (call_soon_chain, "callbacks/s"),
     "call_soon_burst": (call_soon_burst, "callbacks/s"),
@@ -528,6 +601,9 @@ WORKLOADS: dict[str, tuple[Callable[[Loop], float], str]] = {
     "pipe_ping_pong_1k": (pipe_ping_pong_1k, "round trips/s"),
     "subprocess_spawn_wait": (subprocess_spawn_wait, "children/s"),
     "subprocess_echo_256k": (subprocess_echo, "children/s"),
+    # the accept loop (issue 15); _pyaccept: cadeloop with asyncio's Python accept path
+    "tcp_accept_churn_64": (tcp_accept_churn_64, "connections/s"),
+    "tcp_accept_churn_64_pyaccept": (tcp_accept_churn_64_pyaccept, "connections/s"),
 }
 
 

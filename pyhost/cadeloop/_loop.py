@@ -6,7 +6,7 @@ call_soon/call_later/call_at/call_soon_threadsafe, run_forever's loop of
 passes, and the hot half of the TCP/Unix socket transports) and from asyncio's
 own selector event loop, whose Python code supplies what is not hot yet: the
 set-up and clean-up of run_forever, run_until_complete, tasks and futures, the exception handler, executors and DNS, sock_* methods,
-the accept path of servers, the cold paths of UDP transports (their reads and
+the accept path of TLS servers, the cold paths of UDP transports (their reads and
 ordinary sends are C++), the cold paths of pipe transports (their reads and
 writes are C++, _loop_pipes.py; child processes are watched with a pidfd in
 C++), signals and TLS (asyncio's SSL protocol over cadeloop's socket transports).
@@ -21,7 +21,7 @@ import socket
 import sys
 import threading
 import warnings
-from asyncio import base_events, events, format_helpers, protocols, selector_events
+from asyncio import base_events, constants, events, format_helpers, protocols, selector_events, trsock
 from asyncio.log import logger
 from typing import Any, Coroutine, Iterator, Mapping, TypeVar
 
@@ -314,7 +314,7 @@ _DATAGRAM_CHECKS_FD = (
 
 
 class _DatagramTransport(selector_events._SelectorDatagramTransport):  # type: ignore[misc,name-defined]
-    """A UDP transport whose reads and ordinary sends are C++.
+    """A UDP or Unix datagram transport whose reads and ordinary sends are C++.
 
     `_core` (`_core.DatagramTransportCore`) is the fd's reader (one recvfrom
     per readiness event, straight to datagram_received or error_received) and
@@ -329,7 +329,7 @@ class _DatagramTransport(selector_events._SelectorDatagramTransport):  # type: i
                  waiter: Any = None, extra: Any = None) -> None:
         core = _core.DatagramTransportCore(loop, self, sock.fileno(), sock.family, self.max_size)
         self._core = core
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
+        if sock.family in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX):
             # asyncio's __init__ registers self._read_ready as the fd's reader.
             self._read_ready = core.read_ready
         self.sendto = core.sendto
@@ -480,6 +480,49 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
     def _cadeloop_child_status_lost(self, pid: int, process_exited: Any) -> int:
         return _loop_pipes.child_status_lost(pid, process_exited)
 
+    # --- the accept loop of servers (C++: _core.Acceptor, loop_accept.cpp) ------------
+
+    def _start_serving(self, protocol_factory: Any, sock: socket.socket, sslcontext: Any = None,
+                       server: Any = None, backlog: int = 100,
+                       ssl_handshake_timeout: Any = constants.SSL_HANDSHAKE_TIMEOUT,
+                       ssl_shutdown_timeout: Any = constants.SSL_SHUTDOWN_TIMEOUT) -> None:
+        """Accept on `sock`: in C++ for plain TCP and Unix stream servers, asyncio's code for TLS."""
+        if sslcontext or not self._cadeloop_accepts_natively(sock):
+            super()._start_serving(protocol_factory, sock, sslcontext, server, backlog,
+                                   ssl_handshake_timeout, ssl_shutdown_timeout)
+            return
+        acceptor = _core.Acceptor(self, protocol_factory, sock, server, backlog, _SocketTransport,
+                                  socket.socket, sock.family, sock.type, sock.proto)
+        self._add_reader(sock.fileno(), acceptor)
+
+    def _cadeloop_accepts_natively(self, sock: socket.socket) -> bool:
+        """A stream socket of a family the C++ accept loop knows, and asyncio's accept code not replaced."""
+        if sock.family not in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX) or sock.type != socket.SOCK_STREAM:
+            return False
+        cls = type(self)
+        base = selector_events.BaseSelectorEventLoop
+        return (cls._accept_connection is base._accept_connection
+                and cls._accept_connection2 is base._accept_connection2
+                and cls._make_socket_transport is Loop._make_socket_transport
+                and not self.__dict__.keys() & {"_accept_connection", "_accept_connection2", "_make_socket_transport"})
+
+    def _cadeloop_accept_paused(self, exc: OSError, protocol_factory: Any, sock: socket.socket,
+                                server: Any, backlog: int) -> None:
+        """Out of descriptors or memory (called from C++): asyncio's report, then retry later."""
+        self.call_exception_handler({
+            "message": "socket.accept() out of system resource",
+            "exception": exc,
+            "socket": trsock.TransportSocket(sock),
+        })
+        self._remove_reader(sock.fileno())
+        self.call_later(constants.ACCEPT_RETRY_DELAY, self._start_serving, protocol_factory, sock, None,
+                        server, backlog)
+
+    def _cadeloop_accept_python(self, protocol_factory: Any, sock: socket.socket, server: Any,
+                                backlog: int) -> None:
+        """Debug mode (called from C++): asyncio's accept code, with its logs and reports."""
+        self._accept_connection(protocol_factory, sock, None, server, backlog)
+
     def close(self) -> None:
         if self.is_running():
             raise RuntimeError("Cannot close a running event loop")
@@ -538,7 +581,8 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         spin_hits, ready_len, timers_len, fds_registered, and for the socket
         transports: connections (live now), bytes_received, bytes_sent and
         sends_posted (send/sendmsg calls, at most one per transport per pass;
-        the pipe transports' reads and writes count there too).
+        the pipe transports' reads and writes count there too);
+        accepted (connections the C++ accept loop of servers accepted).
         While a server's core pair feeds this loop (cadeloop.serve(), the
         `cadeloop` command), `pair` holds that pair's counters too: requests,
         responses by status class, connections, ring depths, wake-ups each

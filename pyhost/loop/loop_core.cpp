@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "loop/loop_accept.hpp"
 #include "loop/loop_methods.hpp"
 #include "register.hpp"
 
@@ -77,7 +78,7 @@ PyObject* loop_release_core(PyObject* self, PyObject*) {
 
 PyObject* loop_core_stats(PyObject* self, PyObject*) {
   loop_state& st = state_of(self);
-  return Py_BuildValue("{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:n,s:n,s:K,s:K,s:K,s:K}",
+  PyObject* stats = Py_BuildValue("{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:n,s:n,s:K,s:K,s:K,s:K}",
                        "backend", "epoll", "ticks", static_cast<unsigned long long>(st.ticks),
                        "polls", static_cast<unsigned long long>(st.polls), "polls_elided",
                        static_cast<unsigned long long>(st.polls_elided), "callbacks_dispatched",
@@ -95,6 +96,11 @@ PyObject* loop_core_stats(PyObject* self, PyObject*) {
                        static_cast<unsigned long long>(st.bytes_sent), "sends_posted",
                        static_cast<unsigned long long>(st.sends_posted), "connections",
                        static_cast<unsigned long long>(st.connections));
+  // the accept loop of servers (loop_accept.cpp)
+  if (stats != nullptr && add_accept_stats(st, stats) < 0) {
+    Py_CLEAR(stats);
+  }
+  return stats;
 }
 
 PyObject* get_flag(bool v) {
@@ -386,7 +392,8 @@ void register_loop(pybind11::module_& m) {
   PyObject* transport_type = nullptr;
   if (loop::add_handle_types(module, &handle_type, &timer_type) < 0 ||
       loop::add_transport_type(module, &transport_type) < 0 ||
-      loop::add_datagram_type(module) < 0 || loop::add_pipe_type(module) < 0) {
+      loop::add_datagram_type(module) < 0 || loop::add_pipe_type(module) < 0 ||
+      loop::add_acceptor_type(module) < 0) {
     Py_XDECREF(handle_type);
     Py_XDECREF(timer_type);
     Py_XDECREF(transport_type);

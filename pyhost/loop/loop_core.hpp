@@ -172,6 +172,7 @@ struct loop_state {
   std::uint64_t bytes_sent = 0;
   std::uint64_t sends_posted = 0;
   std::uint64_t connections = 0;  // live transports in the fd table
+  std::uint64_t accepted = 0;     // connections the C++ accept loop accepted
 
   // A native source (the core pair's inbound ring) run in every pass; see
   // loop_source.hpp. Attached by _attach_source(capsule); source_owner keeps

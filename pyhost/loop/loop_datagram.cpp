@@ -4,11 +4,14 @@
 //
 // - read_ready(), the reader callback of the transport's fd: one recvfrom()
 //   per readiness event, as asyncio reads, straight to
-//   protocol.datagram_received(data, addr), or protocol.error_received(exc)
+//   protocol.datagram_received(data, addr) (addr as the socket module gives
+//   it: a tuple for IPv4/IPv6; for AF_UNIX a str path, bytes for an abstract
+//   name, None from an unbound peer), or protocol.error_received(exc)
 //   for a socket error (an ICMP "port unreachable" on a connected socket);
 // - sendto(data, addr=None), the transport's own method: when nothing is
 //   queued, the connection is not lost and the call is an ordinary one
-//   (bytes-like data, a numeric IPv4/IPv6 address or the connected peer), one
+//   (bytes-like data, a numeric IPv4/IPv6 address, a Unix path or the
+//   connected peer), one
 //   send()/sendto() now; a socket error goes to error_received as asyncio's
 //   does. Everything else (a would-block, a queued buffer, a DNS name, a wrong
 //   address, a lost connection, an empty datagram, odd arguments) is passed
@@ -21,11 +24,14 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <new>
 
+#include "loop/loop_accept.hpp"
 #include "loop/loop_core.hpp"
 
 namespace cadeloop::pyhost::loop {
@@ -88,40 +94,47 @@ PyObject* report_error(datagram_object* d, int err) {
   Py_RETURN_NONE;
 }
 
-/// The address recvfrom() filled in, as the socket module gives it: (host,
-/// port) for IPv4, (host, port, flowinfo, scope_id) for IPv6. New reference.
-PyObject* make_address(const sockaddr_storage& ss, socklen_t len) {
-  if (ss.ss_family == AF_INET && len >= static_cast<socklen_t>(sizeof(sockaddr_in))) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    char host[INET_ADDRSTRLEN];
-    if (::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host) == nullptr) {
-      return PyErr_SetFromErrno(PyExc_OSError);
+/// A Unix socket's path (str, or bytes; a leading NUL names Linux's abstract
+/// namespace) into `ss`, as the socket module takes it; false for anything
+/// else (left to asyncio's code and the socket module's errors).
+bool parse_unix_address(PyObject* addr, sockaddr_storage& ss, socklen_t& len) {
+  PyObject* path = nullptr;
+  if (PyUnicode_CheckExact(addr)) {
+    path = PyUnicode_EncodeFSDefault(addr);
+    if (path == nullptr) {
+      PyErr_Clear();
+      return false;
     }
-    return Py_BuildValue("(si)", host, static_cast<int>(ntohs(a->sin_port)));
+  } else if (PyBytes_CheckExact(addr)) {
+    path = Py_NewRef(addr);
+  } else {
+    return false;
   }
-  if (ss.ss_family == AF_INET6 && len >= static_cast<socklen_t>(sizeof(sockaddr_in6))) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-    char host[NI_MAXHOST];
-    // As the socket module: getnameinfo(NI_NUMERICHOST) names a scope too.
-    const int rc = ::getnameinfo(reinterpret_cast<const sockaddr*>(a), sizeof(sockaddr_in6), host,
-                                 sizeof host, nullptr, 0, NI_NUMERICHOST);
-    if (rc != 0) {
-      PyErr_SetString(PyExc_OSError, gai_strerror(rc));
-      return nullptr;
-    }
-    return Py_BuildValue("(siII)", host, static_cast<int>(ntohs(a->sin6_port)),
-                         static_cast<unsigned int>(ntohl(a->sin6_flowinfo)),
-                         static_cast<unsigned int>(a->sin6_scope_id));
+  const char* p = PyBytes_AS_STRING(path);
+  const auto n = static_cast<std::size_t>(PyBytes_GET_SIZE(path));
+  auto* a = reinterpret_cast<sockaddr_un*>(&ss);
+  const bool abstract = n > 0 && p[0] == '\0';
+  if (n == 0 || n > sizeof a->sun_path || (!abstract && n == sizeof a->sun_path)) {
+    Py_DECREF(path);
+    return false;  // auto-bind or too long: the socket module's own answer
   }
-  // A family read_ready() is not installed for; asyncio's code reads those.
-  PyErr_SetString(PyExc_OSError, "unsupported address family");
-  return nullptr;
+  std::memset(&ss, 0, sizeof ss);
+  a->sun_family = AF_UNIX;
+  std::memcpy(a->sun_path, p, n);
+  // A path counts its terminating NUL, as the socket module passes it.
+  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n + (abstract ? 0 : 1));
+  Py_DECREF(path);
+  return true;
 }
 
-/// A numeric (host, port) for this socket's family, as the socket module
-/// would take it, into `ss`; false for anything else (left to asyncio's code,
-/// which resolves names, checks ranges and raises its own errors).
+/// A numeric (host, port) for this socket's family, or a Unix path, as the
+/// socket module would take it, into `ss`; false for anything else (left to
+/// asyncio's code, which resolves names, checks ranges and raises its own
+/// errors).
 bool parse_address(int family, PyObject* addr, sockaddr_storage& ss, socklen_t& len) {
+  if (family == AF_UNIX) {
+    return parse_unix_address(addr, ss, len);
+  }
   if (!PyTuple_CheckExact(addr) || PyTuple_GET_SIZE(addr) != 2) {
     return false;
   }
@@ -290,7 +303,7 @@ PyObject* datagram_read_ready(PyObject* self, PyObject*) {
   if (data == nullptr) {
     return nullptr;
   }
-  PyObject* addr = make_address(ss, ss_len);
+  PyObject* addr = socket_address(ss, ss_len);
   if (addr == nullptr) {
     Py_DECREF(data);
     return nullptr;

@@ -1,0 +1,429 @@
+// cadeloop._core.Acceptor: the accept loop of a server's listening socket
+// (what asyncio's BaseSelectorEventLoop._accept_connection and
+// _accept_connection2 do, for plain TCP and Unix stream servers).
+//
+// An Acceptor is the reader callback cadeloop.Loop._start_serving registers
+// for a listening socket, so the loop's fd table, _stop_serving (server.close())
+// and the selector view treat it as asyncio's reader. Each readiness event:
+//
+// - accepts up to `backlog` connections with accept4(SOCK_NONBLOCK |
+//   SOCK_CLOEXEC) (asyncio's accept() then setblocking(False)), stopping at
+//   the first would-block, EINTR or ECONNABORTED, as asyncio does;
+// - makes each a socket.socket (non-blocking, no system call) and schedules,
+//   in a copy of the current context (as asyncio's create_task of
+//   _accept_connection2 copies it), one callback that calls the protocol
+//   factory and makes the transport (cadeloop's _SocketTransport, whose
+//   __init__ is asyncio's: server._attach(), TCP_NODELAY, connection_made
+//   scheduled, reading started). The callback is a plain callback, not a Task:
+//   no Task and no waiter future per connection;
+// - on EMFILE, ENFILE, ENOBUFS or ENOMEM calls back into Python
+//   (Loop._cadeloop_accept_paused): asyncio's exception-handler report, the
+//   reader removed, and _start_serving again after ACCEPT_RETRY_DELAY (and,
+//   as asyncio's loop does, the next accept of the batch is tried all the
+//   same, up to `backlog` reports); any other accept error is raised (the
+//   handle reports it, as asyncio's).
+//
+// In debug mode an event is handed to asyncio's own _accept_connection (its
+// debug logs and reports). Loop thread only.
+#include "loop/loop_accept.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+
+#include "loop/loop_methods.hpp"
+
+namespace cadeloop::pyhost::loop {
+
+namespace {
+
+struct acceptor_object {
+  PyObject_HEAD
+  PyObject* loop;              // the LoopCore (strong)
+  PyObject* protocol_factory;  // strong
+  PyObject* sock;              // the listening socket.socket (strong)
+  PyObject* server;            // asyncio.Server or None (strong)
+  PyObject* transport_type;    // cadeloop._loop._SocketTransport (strong)
+  PyObject* socket_type;       // socket.socket (strong)
+  PyObject* connect;           // this acceptor's _connect, bound once (strong; a cycle)
+  PyObject* str_peername;      // interned "peername" (strong)
+  int family;
+  int type;
+  int proto;
+  Py_ssize_t backlog;
+};
+
+acceptor_object* as_acceptor(PyObject* o) {
+  return reinterpret_cast<acceptor_object*>(o);
+}
+
+bool accept_would_block(int err) {
+  // asyncio: BlockingIOError, InterruptedError, ConnectionAbortedError end the batch.
+  return err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED;
+}
+
+bool out_of_resources(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
+/// The transport could not be made: asyncio's _accept_connection2 drops the
+/// error, and reports it to the exception handler in debug mode only.
+PyObject* creation_failed(acceptor_object* a, PyObject* protocol, PyObject* transport) {
+  if (PyErr_ExceptionMatches(PyExc_SystemExit) || PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+    return nullptr;
+  }
+  PyObject* exc = take_exception();
+  PyObject* result = nullptr;
+  if (!state_of(a->loop).debug) {
+    result = Py_NewRef(Py_None);
+  } else {
+    PyObject* context = Py_BuildValue("{s:s,s:O}", "message",
+                                      "Error on transport creation for incoming connection",
+                                      "exception", exc != nullptr ? exc : Py_None);
+    if (context != nullptr && protocol != nullptr &&
+        PyDict_SetItemString(context, "protocol", protocol) < 0) {
+      Py_CLEAR(context);
+    }
+    if (context != nullptr && transport != nullptr &&
+        PyDict_SetItemString(context, "transport", transport) < 0) {
+      Py_CLEAR(context);
+    }
+    if (context != nullptr) {
+      result = PyObject_CallMethod(a->loop, "call_exception_handler", "O", context);
+      Py_DECREF(context);
+    }
+  }
+  Py_XDECREF(exc);
+  return result;
+}
+
+/// _connect(conn, addr): one accepted connection, in its own context copy:
+/// the protocol factory, then the transport (asyncio's order and context).
+PyObject* acceptor_connect(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  acceptor_object* a = as_acceptor(self);
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "_connect(conn, addr)");
+    return nullptr;
+  }
+  PyObject* protocol = PyObject_CallNoArgs(a->protocol_factory);
+  if (protocol == nullptr) {
+    return creation_failed(a, nullptr, nullptr);
+  }
+  PyObject* extra = PyDict_New();
+  if (extra == nullptr || PyDict_SetItem(extra, a->str_peername, args[1]) < 0) {
+    Py_XDECREF(extra);
+    Py_DECREF(protocol);
+    return nullptr;
+  }
+  // _SocketTransport(loop, sock, protocol, waiter, extra, server): no waiter,
+  // nothing awaits the connection (asyncio's waiter only resumed its task).
+  PyObject* call[6] = {a->loop, args[0], protocol, Py_None, extra, a->server};
+  PyObject* transport = PyObject_Vectorcall(a->transport_type, call, 6, nullptr);
+  Py_DECREF(extra);
+  if (transport == nullptr) {
+    PyObject* r = creation_failed(a, protocol, nullptr);
+    Py_DECREF(protocol);
+    return r;
+  }
+  Py_DECREF(transport);
+  Py_DECREF(protocol);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef connect_def = {
+    "_connect", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(acceptor_connect)),
+    METH_FASTCALL, "One accepted connection: the protocol factory, then the transport."};
+
+/// Schedules _connect(conn, addr) in a copy of the current context.
+bool schedule_connect(acceptor_object* a, loop_state& st, PyObject* conn, PyObject* addr) {
+  PyObject* argv[2] = {conn, addr};
+  call_args ca;
+  ca.callback = a->connect;
+  ca.args = argv;
+  ca.nargs = 2;
+  PyObject* h = make_handle(a->loop, st, st.handle_type, ca);
+  if (h == nullptr) {
+    return false;
+  }
+  if (!st.gil_xthread.empty() || !st.xthread.empty()) {
+    drain_xthread(st);
+  }
+  st.ready.push_back(h);
+  return true;
+}
+
+/// Out of descriptors or memory: asyncio's report and retry, in Python.
+PyObject* pause_accepting(acceptor_object* a, int err) {
+  errno = err;
+  PyErr_SetFromErrno(PyExc_OSError);
+  PyObject* exc = take_exception();
+  if (exc == nullptr) {
+    return nullptr;
+  }
+  PyObject* r = PyObject_CallMethod(a->loop, "_cadeloop_accept_paused", "OOOOn", exc,
+                                    a->protocol_factory, a->sock, a->server, a->backlog);
+  Py_DECREF(exc);
+  return r;
+}
+
+/// The reader callback: one readiness event of the listening socket.
+PyObject* acceptor_call(PyObject* self, PyObject*, PyObject*) {
+  acceptor_object* a = as_acceptor(self);
+  loop_state& st = state_of(a->loop);
+  if (st.debug) {
+    return PyObject_CallMethod(a->loop, "_cadeloop_accept_python", "OOOn", a->protocol_factory,
+                               a->sock, a->server, a->backlog);
+  }
+  const int fd = PyObject_AsFileDescriptor(a->sock);
+  if (fd < 0) {
+    if (!PyErr_Occurred()) {
+      errno = EBADF;  // a closed socket.socket: what its accept() raises
+      PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < a->backlog; ++i) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    const int conn_fd =
+        ::accept4(fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (conn_fd < 0) {
+      const int err = errno;
+      if (accept_would_block(err)) {
+        break;
+      }
+      if (out_of_resources(err)) {
+        // asyncio reports, removes the reader, schedules the retry and then
+        // goes on accepting (up to the backlog): the same, report by report.
+        PyObject* r = pause_accepting(a, err);
+        if (r == nullptr) {
+          return nullptr;
+        }
+        Py_DECREF(r);
+        continue;
+      }
+      errno = err;
+      return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    PyObject* addr = socket_address(ss, len);
+    if (addr == nullptr) {
+      ::close(conn_fd);
+      return nullptr;
+    }
+    // socket.socket(family, type | SOCK_NONBLOCK, proto, fileno): a
+    // non-blocking socket object (timeout 0.0) without another system call.
+    PyObject* argv[4] = {PyLong_FromLong(a->family), PyLong_FromLong(a->type | SOCK_NONBLOCK),
+                         PyLong_FromLong(a->proto), PyLong_FromLong(conn_fd)};
+    PyObject* conn = nullptr;
+    if (argv[0] != nullptr && argv[1] != nullptr && argv[2] != nullptr && argv[3] != nullptr) {
+      conn = PyObject_Vectorcall(a->socket_type, argv, 4, nullptr);
+    }
+    for (PyObject* o : argv) {
+      Py_XDECREF(o);
+    }
+    if (conn == nullptr) {
+      ::close(conn_fd);
+      Py_DECREF(addr);
+      return nullptr;
+    }
+    ++st.accepted;
+    const bool ok = schedule_connect(a, st, conn, addr);
+    Py_DECREF(conn);
+    Py_DECREF(addr);
+    if (!ok) {
+      return nullptr;
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+int acceptor_traverse(PyObject* self, visitproc visit, void* arg) {
+  acceptor_object* a = as_acceptor(self);
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(a->loop);
+  Py_VISIT(a->protocol_factory);
+  Py_VISIT(a->sock);
+  Py_VISIT(a->server);
+  Py_VISIT(a->transport_type);
+  Py_VISIT(a->socket_type);
+  Py_VISIT(a->connect);
+  return 0;
+}
+
+int acceptor_clear(PyObject* self) {
+  acceptor_object* a = as_acceptor(self);
+  Py_CLEAR(a->connect);
+  Py_CLEAR(a->protocol_factory);
+  Py_CLEAR(a->sock);
+  Py_CLEAR(a->server);
+  Py_CLEAR(a->transport_type);
+  Py_CLEAR(a->socket_type);
+  Py_CLEAR(a->loop);
+  return 0;
+}
+
+void acceptor_dealloc(PyObject* self) {
+  PyTypeObject* tp = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  acceptor_clear(self);
+  Py_CLEAR(as_acceptor(self)->str_peername);
+  tp->tp_free(self);
+  Py_DECREF(tp);
+}
+
+/// Acceptor(loop, protocol_factory, sock, server, backlog, transport_type,
+/// socket_type, family, type, proto).
+PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject* loop = nullptr;
+  PyObject* factory = nullptr;
+  PyObject* sock = nullptr;
+  PyObject* server = nullptr;
+  Py_ssize_t backlog = 0;
+  PyObject* transport_type = nullptr;
+  PyObject* socket_type = nullptr;
+  int family = 0;
+  int sock_type = 0;
+  int proto = 0;
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
+    PyErr_SetString(PyExc_TypeError, "Acceptor() takes positional arguments only");
+    return nullptr;
+  }
+  if (!PyArg_ParseTuple(args, "OOOOnOOiii", &loop, &factory, &sock, &server, &backlog,
+                        &transport_type, &socket_type, &family, &sock_type, &proto)) {
+    return nullptr;
+  }
+  PyObject* core_type = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(loop)),
+                                               "_transport_type");
+  if (core_type == nullptr) {
+    return nullptr;  // not a LoopCore
+  }
+  Py_DECREF(core_type);
+  PyObject* peername = PyUnicode_InternFromString("peername");
+  if (peername == nullptr) {
+    return nullptr;
+  }
+  PyObject* self = type->tp_alloc(type, 0);
+  if (self == nullptr) {
+    Py_DECREF(peername);
+    return nullptr;
+  }
+  acceptor_object* a = as_acceptor(self);
+  a->loop = Py_NewRef(loop);
+  a->protocol_factory = Py_NewRef(factory);
+  a->sock = Py_NewRef(sock);
+  a->server = Py_NewRef(server);
+  a->transport_type = Py_NewRef(transport_type);
+  a->socket_type = Py_NewRef(socket_type);
+  a->str_peername = peername;
+  a->family = family;
+  a->type = sock_type;
+  a->proto = proto;
+  a->backlog = backlog;
+  a->connect = PyCFunction_New(&connect_def, self);
+  if (a->connect == nullptr) {
+    Py_DECREF(self);
+    return nullptr;
+  }
+  return self;
+}
+
+PyObject* acceptor_repr(PyObject* self) {
+  return PyUnicode_FromFormat("<cadeloop accept loop of %R>", as_acceptor(self)->sock);
+}
+
+PyType_Slot acceptor_slots[] = {
+    {Py_tp_doc, const_cast<char*>("The accept loop of a listening socket; made by cadeloop.Loop.")},
+    {Py_tp_new, reinterpret_cast<void*>(acceptor_new)},
+    {Py_tp_call, reinterpret_cast<void*>(acceptor_call)},
+    {Py_tp_repr, reinterpret_cast<void*>(acceptor_repr)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(acceptor_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(acceptor_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(acceptor_clear)},
+    {0, nullptr},
+};
+
+PyType_Spec acceptor_spec = {"cadeloop._core.Acceptor", static_cast<int>(sizeof(acceptor_object)),
+                             0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, acceptor_slots};
+
+PyObject* inet_address(const sockaddr_storage& ss) {
+  const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+  char host[INET_ADDRSTRLEN];
+  if (::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host) == nullptr) {
+    return PyErr_SetFromErrno(PyExc_OSError);
+  }
+  return Py_BuildValue("(si)", host, static_cast<int>(ntohs(a->sin_port)));
+}
+
+PyObject* inet6_address(const sockaddr_storage& ss) {
+  const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+  char host[NI_MAXHOST];
+  // As the socket module: getnameinfo(NI_NUMERICHOST) names a scope too.
+  const int rc = ::getnameinfo(reinterpret_cast<const sockaddr*>(a), sizeof(sockaddr_in6), host,
+                               sizeof host, nullptr, 0, NI_NUMERICHOST);
+  if (rc != 0) {
+    PyErr_SetString(PyExc_OSError, gai_strerror(rc));
+    return nullptr;
+  }
+  return Py_BuildValue("(siII)", host, static_cast<int>(ntohs(a->sin6_port)),
+                       static_cast<unsigned int>(ntohl(a->sin6_flowinfo)),
+                       static_cast<unsigned int>(a->sin6_scope_id));
+}
+
+PyObject* unix_address(const sockaddr_storage& ss, socklen_t len) {
+  const auto* a = reinterpret_cast<const sockaddr_un*>(&ss);
+  const std::size_t path_len = len > static_cast<socklen_t>(offsetof(sockaddr_un, sun_path))
+                                   ? len - offsetof(sockaddr_un, sun_path)
+                                   : 0;
+  if (path_len > 0 && a->sun_path[0] == '\0') {
+    return PyBytes_FromStringAndSize(a->sun_path, static_cast<Py_ssize_t>(path_len));
+  }
+  return PyUnicode_DecodeFSDefaultAndSize(
+      a->sun_path, static_cast<Py_ssize_t>(::strnlen(a->sun_path, path_len)));
+}
+
+}  // namespace
+
+PyObject* socket_address(const sockaddr_storage& ss, socklen_t len) {
+  if (len == 0) {
+    Py_RETURN_NONE;
+  }
+  if (ss.ss_family == AF_INET && len >= static_cast<socklen_t>(sizeof(sockaddr_in))) {
+    return inet_address(ss);
+  }
+  if (ss.ss_family == AF_INET6 && len >= static_cast<socklen_t>(sizeof(sockaddr_in6))) {
+    return inet6_address(ss);
+  }
+  if (ss.ss_family == AF_UNIX) {
+    return unix_address(ss, len);
+  }
+  PyErr_SetString(PyExc_OSError, "unsupported address family");
+  return nullptr;
+}
+
+int add_accept_stats(const loop_state& st, PyObject* stats) {
+  PyObject* n = PyLong_FromUnsignedLongLong(st.accepted);
+  if (n == nullptr) {
+    return -1;
+  }
+  const int rc = PyDict_SetItemString(stats, "accepted", n);
+  Py_DECREF(n);
+  return rc;
+}
+
+int add_acceptor_type(PyObject* module) {
+  PyObject* type = PyType_FromModuleAndSpec(module, &acceptor_spec, nullptr);
+  if (type == nullptr) {
+    return -1;
+  }
+  const int rc = PyModule_AddObjectRef(module, "Acceptor", type);
+  Py_DECREF(type);
+  return rc;
+}
+
+}  // namespace cadeloop::pyhost::loop
