@@ -990,6 +990,9 @@ PyObject* sock_call(PyObject* self, sock_op op, PyObject* const* args, Py_ssize_
   if (op != sock_op::sendall && op != sock_op::connect) {
     c.fd = fileno_of(sup, sock, &failed);
     if (failed) {
+      if (op == sock_op::recvfrom_into) {
+        Py_DECREF(c.arg2);  // the reference taken for the wait
+      }
       return nullptr;
     }
   }
