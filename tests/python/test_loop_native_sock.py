@@ -534,17 +534,16 @@ def test_socket_used_by_a_transport() -> None:
         loop = asyncio.get_running_loop()
         a, b = socket.socketpair()
         transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
-        sock = transport.get_extra_info("socket")
-        raw = socket.socket(fileno=os.dup(sock.fileno()))
+        # The transport's own fd, in a socket.socket object of its own (detached, not closed, at the end).
+        raw = socket.socket(fileno=transport.get_extra_info("socket").fileno())
         raw.setblocking(False)
         for name, call in (("sock_recv", lambda: loop.sock_recv(raw, 10)),
                            ("sock_accept", lambda: loop.sock_accept(raw))):
             r = await outcome(call())
             out.append((name, r[0], r[1], str(r[-1]).split(" is used by transport")[0].split(" ")[:2]))
+        raw.detach()
         transport.close()
         await asyncio.sleep(0.01)
-        # once the transport is closing, the fd is free for sock calls again
-        raw.close()
         b.close()
 
     assert_same_as_asyncio(scenario)
@@ -613,19 +612,34 @@ def test_asyncio_selector_code_is_not_used(monkeypatch: pytest.MonkeyPatch) -> N
                  "sock_accept", "_sock_accept", "_sock_read_done", "_sock_write_done"):
         monkeypatch.setattr(asyncio.selector_events.BaseSelectorEventLoop, name, refuse)
 
+    opened: list[socket.socket] = []
+
+    def track(s: socket.socket) -> socket.socket:
+        opened.append(s)
+        return s
+
     async def main() -> list[Any]:
+        try:
+            return await calls()
+        finally:  # asyncio's loop stops at the first patched method: close what is open
+            for s in opened:
+                s.close()
+            opened.clear()
+
+    async def calls() -> list[Any]:
         loop = asyncio.get_running_loop()
         got: list[Any] = []
-        listener = socket.socket()
+        listener = track(socket.socket())
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         listener.setblocking(False)
         accepting = asyncio.ensure_future(loop.sock_accept(listener))
         await asyncio.sleep(0.01)
-        c = socket.socket()
+        c = track(socket.socket())
         c.setblocking(False)
         await loop.sock_connect(c, listener.getsockname())
         conn, _ = await accepting
+        track(conn)
         reading = asyncio.ensure_future(loop.sock_recv(conn, 100))
         await asyncio.sleep(0.01)
         await loop.sock_sendall(c, b"native")
@@ -633,7 +647,7 @@ def test_asyncio_selector_code_is_not_used(monkeypatch: pytest.MonkeyPatch) -> N
         buf = bytearray(10)
         await loop.sock_sendall(conn, b"into")
         got.append(await loop.sock_recv_into(c, buf))
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u = track(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
         u.bind(("127.0.0.1", 0))
         u.setblocking(False)
         rf = asyncio.ensure_future(loop.sock_recvfrom(u, 10))
@@ -643,8 +657,6 @@ def test_asyncio_selector_code_is_not_used(monkeypatch: pytest.MonkeyPatch) -> N
         await loop.sock_sendto(u, b"dgram2", u.getsockname())
         await asyncio.sleep(0.01)
         got.append((await loop.sock_recvfrom_into(u, buf))[0])
-        for s in (listener, c, conn, u):
-            s.close()
         return got
 
     assert cadeloop.run(main()) == [b"native", 4, 5, b"dgram", 6]
