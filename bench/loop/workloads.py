@@ -452,7 +452,7 @@ def _sock_echo(loop: Loop, size: int, rounds: int) -> float:
 
 
 def sock_echo_1k(loop: Loop) -> float:
-    return _sock_echo(loop, 1024, 20_000)
+    return _sock_echo(loop, 1024, 50_000)
 
 
 WORKLOADS: dict[str, tuple[Callable[[Loop], float], str]] = {
