@@ -539,7 +539,12 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
     async def sock_connect(self, sock: socket.socket, address: Any) -> None:
         r = self._native_sock_connect(sock, address)
         if r is not None:
-            await r
+            try:
+                await r
+            finally:
+                # As asyncio's sock_connect: the frame a failure's traceback keeps
+                # must not keep the future, which holds the exception (a cycle).
+                r = None
 
     async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
         r = self._native_sock_accept(sock)

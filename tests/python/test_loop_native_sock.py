@@ -683,3 +683,37 @@ def test_errno_of_a_refused_connect_is_kept() -> None:
         return None
 
     assert cadeloop.run(main()) == errno.ECONNREFUSED
+
+
+def test_a_failed_connect_leaves_its_exception_in_no_cycle() -> None:
+    """asyncio's sock_connect drops its future in a `finally:` so the frame a
+    failure's traceback keeps does not hold the exception through the future
+    (anyio's happy-eyeballs test checks this)."""
+    import gc
+
+    async def scenario(out: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        free = socket.socket()
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+        free.close()
+        for how in ("sock_connect", "create_connection"):
+            s = socket.socket()
+            s.setblocking(False)
+            exc: BaseException | None = None
+            try:
+                if how == "sock_connect":
+                    await loop.sock_connect(s, ("127.0.0.1", port))
+                else:  # asyncio's create_connection calls sock_connect
+                    await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
+            except OSError as e:
+                exc = e
+            s.close()
+            await asyncio.sleep(0)  # the task's wake-up no longer holds the future
+            chain = []  # the exception and those it was raised from or during
+            while exc is not None and len(chain) < 5:
+                chain.append(sorted(type(r).__name__ for r in gc.get_referrers(exc) if r is not chain))
+                exc = exc.__cause__ or exc.__context__
+            out.append((how, "referrers", chain))
+
+    assert_same_as_asyncio(scenario)
