@@ -470,6 +470,42 @@ def pipe_ping_pong_1k(loop: Loop, rounds: int = 100_000) -> float:
     return loop.run_until_complete(main())
 
 
+def _sock_echo(loop: Loop, size: int, rounds: int) -> float:
+    """loop.sock_sendall / loop.sock_recv (low-level socket calls, no transport):
+    a client coroutine sends `size` bytes over a socketpair and waits for them
+    back; a server coroutine receives and echoes. Every sock_recv of the
+    waiting side has to wait for its fd (one registration each)."""
+    payload = b"x" * size
+
+    async def main() -> float:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+
+        async def server() -> None:
+            for _ in range(rounds):
+                got = 0
+                while got < size:
+                    data = await loop.sock_recv(b, 65536)
+                    got += len(data)
+                    await loop.sock_sendall(b, data)
+
+        srv = asyncio.ensure_future(server())
+        t0 = _now()
+        for _ in range(rounds):
+            await loop.sock_sendall(a, payload)
+            got = 0
+            while got < size:
+                got += len(await loop.sock_recv(a, 65536))
+        t1 = _now()
+        await srv
+        a.close()
+        b.close()
+        return rounds / (t1 - t0)
+
+    return loop.run_until_complete(main())
+
+
 # --------------------------------------------------------------- accept churn
 
 
@@ -582,6 +618,10 @@ def tcp_accept_churn_64_pyaccept(loop: Loop) -> float:
     return _accept_churn(loop, 20_000, 64, python_accept=True)
 
 
+def sock_echo_1k(loop: Loop) -> float:
+    return _sock_echo(loop, 1024, 50_000)
+
+
 WORKLOADS: dict[str, tuple[Callable[[Loop], float], str]] = {
     "call_soon_chain": (call_soon_chain, "callbacks/s"),
     "call_soon_burst": (call_soon_burst, "callbacks/s"),
@@ -604,6 +644,7 @@ WORKLOADS: dict[str, tuple[Callable[[Loop], float], str]] = {
     # the accept loop (issue 15); _pyaccept: cadeloop with asyncio's Python accept path
     "tcp_accept_churn_64": (tcp_accept_churn_64, "connections/s"),
     "tcp_accept_churn_64_pyaccept": (tcp_accept_churn_64_pyaccept, "connections/s"),
+    "sock_echo_1k": (sock_echo_1k, "round trips/s"),
 }
 
 

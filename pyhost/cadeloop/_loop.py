@@ -5,7 +5,7 @@ step with the epoll poll, check-before-park wake-ups, the fd interest table,
 call_soon/call_later/call_at/call_soon_threadsafe, run_forever's loop of
 passes, and the hot half of the TCP/Unix socket transports) and from asyncio's
 own selector event loop, whose Python code supplies what is not hot yet: the
-set-up and clean-up of run_forever, run_until_complete, tasks and futures, the exception handler, executors and DNS, sock_* methods,
+set-up and clean-up of run_forever, run_until_complete, tasks and futures, the exception handler, executors and DNS (sock_* calls are C++, loop_sock.cpp),
 the accept path of TLS servers, the cold paths of UDP transports (their reads and
 ordinary sends are C++), the cold paths of pipe transports (their reads and
 writes are C++, _loop_pipes.py; child processes are watched with a pidfd in
@@ -573,6 +573,51 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         entry = self._cadeloop_objects.pop((id(fileobj), writer), None)
         return entry[1] if entry is not None and entry[0] is fileobj else fileobj
 
+    # --- low-level socket calls: C++ (loop_sock.cpp) --------------------------------
+    # Each coroutine awaits what its C half returns: the result itself when the call
+    # is done at once (returned as is), a future when it waits for its fd, or
+    # asyncio's own coroutine for what the C half hands over (a socket that is not a
+    # non-blocking socket.socket, a host name to resolve, an odd buffer).
+
+    async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
+        r = self._native_sock_recv(sock, n)
+        return r if r.__class__ is bytes else await r  # type: ignore[no-any-return]
+
+    async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
+        r = self._native_sock_recv_into(sock, buf)
+        return r if r.__class__ is int else await r  # type: ignore[no-any-return]
+
+    async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
+        r = self._native_sock_recvfrom(sock, bufsize)
+        return r if r.__class__ is tuple else await r  # type: ignore[no-any-return]
+
+    async def sock_recvfrom_into(self, sock: socket.socket, buf: Any, nbytes: int = 0) -> tuple[int, Any]:
+        r = self._native_sock_recvfrom_into(sock, buf, nbytes)
+        return r if r.__class__ is tuple else await r  # type: ignore[no-any-return]
+
+    async def sock_sendall(self, sock: socket.socket, data: Any) -> None:
+        r = self._native_sock_sendall(sock, data)
+        if r is not None:
+            await r
+
+    async def sock_sendto(self, sock: socket.socket, data: Any, address: Any) -> int:
+        r = self._native_sock_sendto(sock, data, address)
+        return r if r.__class__ is int else await r  # type: ignore[no-any-return]
+
+    async def sock_connect(self, sock: socket.socket, address: Any) -> None:
+        r = self._native_sock_connect(sock, address)
+        if r is not None:
+            try:
+                await r
+            finally:
+                # As asyncio's sock_connect: the frame a failure's traceback keeps
+                # must not keep the future, which holds the exception (a cycle).
+                r = None
+
+    async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
+        r = self._native_sock_accept(sock)
+        return r if r.__class__ is tuple else await r  # type: ignore[no-any-return]
+
     def stats(self) -> dict[str, Any]:
         """The loop's counters. Loop thread.
 
@@ -583,12 +628,15 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         sends_posted (send/sendmsg calls, at most one per transport per pass;
         the pipe transports' reads and writes count there too);
         accepted (connections the C++ accept loop of servers accepted).
+        sock_calls counts the sock_* calls the C++ path ran (not those handed
+        to asyncio's code), sock_waits those of them that waited for their fd.
         While a server's core pair feeds this loop (cadeloop.serve(), the
         `cadeloop` command), `pair` holds that pair's counters too: requests,
         responses by status class, connections, ring depths, wake-ups each
         way, latency percentiles (read from its shared stats page).
         """
         stats = self._core_stats()
+        stats.update(self._sock_stats())
         server_core = getattr(self, "_cadeloop_server_core", None)
         if server_core is not None:
             stats["pair"] = server_core.stats()

@@ -263,6 +263,7 @@ int loop_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(st->futures_module);
   Py_VISIT(st->tasks_module);
   Py_VISIT(st->source_owner);
+  Py_VISIT(st->sock_support);
   return 0;
 }
 
@@ -296,6 +297,7 @@ void loop_dealloc(PyObject* self) {
     Py_CLEAR(lo->state->futures_module);
     Py_CLEAR(lo->state->tasks_module);
     Py_CLEAR(lo->state->task_factory);
+    Py_CLEAR(lo->state->sock_support);
     delete std::exchange(lo->state, nullptr);
   }
   tp->tp_free(self);
@@ -349,6 +351,32 @@ PyMethodDef loop_methods[] = {
     // pipes and subprocesses (loop_process.cpp)
     {"_watch_child", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_watch_child)),
      METH_FASTCALL, nullptr},
+    // sock_* (loop_sock.cpp)
+    {"_native_sock_recv",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_recv)), METH_FASTCALL,
+     nullptr},
+    {"_native_sock_recv_into",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_recv_into)),
+     METH_FASTCALL, nullptr},
+    {"_native_sock_recvfrom",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_recvfrom)), METH_FASTCALL,
+     nullptr},
+    {"_native_sock_recvfrom_into",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_recvfrom_into)),
+     METH_FASTCALL, nullptr},
+    {"_native_sock_sendall",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_sendall)), METH_FASTCALL,
+     nullptr},
+    {"_native_sock_sendto",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_sendto)), METH_FASTCALL,
+     nullptr},
+    {"_native_sock_connect",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_connect)), METH_FASTCALL,
+     nullptr},
+    {"_native_sock_accept",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_accept)), METH_FASTCALL,
+     nullptr},
+    {"_sock_stats", loop_sock_stats, METH_NOARGS, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -404,6 +432,7 @@ void register_loop(pybind11::module_& m) {
             PyObject_SetAttrString(loop_type, "_handle_type", handle_type) == 0 &&
             PyObject_SetAttrString(loop_type, "_timer_handle_type", timer_type) == 0 &&
             PyObject_SetAttrString(loop_type, "_transport_type", transport_type) == 0 &&
+            loop::add_sock_call_type(module, loop_type) == 0 &&
             PyModule_AddObjectRef(module, "LoopCore", loop_type) == 0;
   Py_XDECREF(loop_type);
   Py_DECREF(handle_type);

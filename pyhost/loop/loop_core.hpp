@@ -174,6 +174,13 @@ struct loop_state {
   std::uint64_t connections = 0;  // live transports in the fd table
   std::uint64_t accepted = 0;     // connections the C++ accept loop accepted
 
+  // sock_* calls (loop_sock.cpp): calls the C++ path took, and those of them
+  // that had to wait for their fd; and the names and types they use (a
+  // tuple, strong, made at the first call).
+  std::uint64_t sock_calls = 0;
+  std::uint64_t sock_waits = 0;
+  PyObject* sock_support = nullptr;
+
   // A native source (the core pair's inbound ring) run in every pass; see
   // loop_source.hpp. Attached by _attach_source(capsule); source_owner keeps
   // the object that owns it alive while attached.

@@ -112,5 +112,17 @@ PyObject* loop_detach_source(PyObject* self, PyObject* unused);
 // --- loop_pipe.cpp, loop_process.cpp: pipe transports and child processes (pidfd)
 int add_pipe_type(PyObject* module);
 PyObject* loop_watch_child(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+// --- loop_sock.cpp: the C halves of sock_recv & co. (cadeloop.Loop's coroutines await them)
+PyObject* loop_sock_recv(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_sock_recv_into(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_sock_recvfrom(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_sock_recvfrom_into(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_sock_sendall(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_sock_sendto(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_sock_connect(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_sock_accept(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_sock_stats(PyObject* self, PyObject* unused);
+/// Creates the SockCall type and sets it as loop_type._sock_call_type. -1 on error.
+int add_sock_call_type(PyObject* module, PyObject* loop_type);
 
 }  // namespace cadeloop::pyhost::loop

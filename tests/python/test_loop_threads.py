@@ -148,6 +148,7 @@ def test_stats_counters_move(loop: cadeloop.Loop) -> None:
         "backend", "ticks", "polls", "polls_elided", "parks", "callbacks_dispatched", "timers_fired",
         "xthread_items", "wakeups_sent", "spins", "spin_hits", "ready_len", "timers_len",
         "fds_registered", "connections", "bytes_received", "bytes_sent", "sends_posted",
+        "sock_calls", "sock_waits",  # loop_sock.cpp
     }
     s0 = loop.stats()
     assert set(s0) == keys
