@@ -149,6 +149,7 @@ def test_stats_counters_move(loop: cadeloop.Loop) -> None:
         "xthread_items", "wakeups_sent", "spins", "spin_hits", "ready_len", "timers_len",
         "fds_registered", "connections", "bytes_received", "bytes_sent", "sends_posted",
         "sock_calls", "sock_waits",  # loop_sock.cpp
+        "accepted",  # loop_accept.cpp
     }
     s0 = loop.stats()
     assert set(s0) == keys
