@@ -7,8 +7,9 @@ passes, and the hot half of the TCP/Unix socket transports) and from asyncio's
 own selector event loop, whose Python code supplies what is not hot yet: the
 set-up and clean-up of run_forever, run_until_complete, tasks and futures, the exception handler, executors and DNS, sock_* methods,
 the accept path of servers, the cold paths of UDP transports (their reads and
-ordinary sends are C++), pipe transports, signals, subprocesses and
-TLS (asyncio's SSL protocol over cadeloop's socket transports).
+ordinary sends are C++), pipe transports, subprocesses and
+TLS (asyncio's SSL protocol over cadeloop's socket transports). Signal handlers
+and sock_sendfile's sendfile(2) loop are C++ too.
 """
 
 from __future__ import annotations
@@ -389,23 +390,18 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         asyncio.SelectorEventLoop.__init__(self, selector=_SelectorView(self))
         self._set_spin(values["spin_us"], values["adaptive_spin"])
 
-    # The self-pipe exists for signal wake-ups only (signal.set_wakeup_fd);
-    # call_soon_threadsafe wakes the loop through the C++ parker's eventfd.
-    # Made on the first add_signal_handler so an ordinary loop registers no
-    # fd at all and its idle passes need no poll system call.
+    # Signals are C++ (loop_signal.cpp): add_signal_handler, remove_signal_handler,
+    # the reader _read_from_self and the socketpair given to signal.set_wakeup_fd,
+    # made on the first add_signal_handler so an ordinary loop registers no fd at
+    # all and its idle passes need no poll system call. call_soon_threadsafe wakes
+    # the loop through the C++ parker's eventfd, so asyncio's self-pipe
+    # (_ssock/_csock) is never made.
     def _make_self_pipe(self) -> None:
         self._ssock = None
         self._csock = None
 
     def _close_self_pipe(self) -> None:
-        if self._ssock is not None:
-            selector_events.BaseSelectorEventLoop._close_self_pipe(self)
-
-    def add_signal_handler(self, sig: int, callback: Any, *args: Any) -> None:
-        self._check_closed()
-        if self._ssock is None:
-            selector_events.BaseSelectorEventLoop._make_self_pipe(self)
-        super().add_signal_handler(sig, callback, *args)
+        self._close_signal_pipe()
 
     def _write_to_self(self) -> None:
         self._wake()
