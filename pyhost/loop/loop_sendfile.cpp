@@ -190,7 +190,6 @@ bool step(sendfile_op* op) {
     op->finished = true;
     return unregister(op) && update_filepos(op);
   }
-  loop_state& st = state_of(op->loop);
   long long slice = 0;
   for (;;) {
     if (op->count != 0) {
@@ -225,7 +224,6 @@ bool step(sendfile_op* op) {
     }
     op->offset += n;
     op->total_sent += n;
-    st.bytes_sent += static_cast<std::uint64_t>(n);
     slice += n;
     if (slice >= max_slice_bytes) {
       break;  // the rest from the next pass's writable event
