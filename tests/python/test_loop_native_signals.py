@@ -283,6 +283,66 @@ def test_signal_handling_is_cadeloops_own_code() -> None:
     assert ["removed", True] in mine and ["left", "SIG_DFL"] in mine
 
 
+SUBINTERPRETER_CHILD = r"""
+import json, os, sys
+try:
+    import _interpreters as interp  # 3.13
+except ImportError:
+    import _xxsubinterpreters as interp  # 3.11
+r, w = os.pipe()
+code = '''
+import asyncio, json, os, signal
+import cadeloop
+out = {}
+for name, factory in (("asyncio", asyncio.SelectorEventLoop), ("cadeloop", cadeloop.Loop)):
+    loop = factory()
+    try:
+        out[name] = ["returned", loop.add_signal_handler(signal.SIGUSR1, print)]
+    except Exception as e:
+        out[name] = [type(e).__name__, str(e), type(e.__context__).__name__]
+    out[name + " removed"] = loop.remove_signal_handler(signal.SIGUSR1)
+    out[name + " fds"] = len(loop._selector.get_map())
+    loop.close()
+os.write(%d, json.dumps(out).encode())
+''' % w
+iid = interp.create()
+interp.run_string(iid, code)
+interp.destroy(iid)
+os.close(w)
+print("@@" + os.read(r, 65536).decode())
+"""
+
+
+def test_add_signal_handler_in_a_sub_interpreter_raises_as_asyncio() -> None:
+    proc = subprocess.run([sys.executable, "-c", SUBINTERPRETER_CHILD], capture_output=True, text=True, timeout=50)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("@@")]
+    assert proc.returncode == 0 and lines, proc.stderr
+    got = json.loads(lines[-1][2:])
+    assert got["cadeloop"] == got["asyncio"]
+    assert got["cadeloop"][0] == "RuntimeError"
+    assert got["cadeloop removed"] is got["asyncio removed"] is False
+    # asyncio's self-pipe is made in __init__; cadeloop made its socketpair for
+    # the attempt and closed it again.
+    assert got["cadeloop fds"] == 0
+
+
+def test_signal_socketpair_lives_from_the_first_handler_to_close() -> None:
+    code = (
+        "import signal, cadeloop\n"
+        "loop = cadeloop.Loop()\n"
+        "print(len(loop._fd_list()))\n"
+        "loop.add_signal_handler(signal.SIGUSR1, print)\n"
+        "print(len(loop._fd_list()))\n"
+        "loop.remove_signal_handler(signal.SIGUSR1)\n"
+        "print(len(loop._fd_list()))\n"
+        "loop.close()\n"
+        "print(len(loop._fd_list()), signal.set_wakeup_fd(-1))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "1", "1", "0", "-1"]
+
+
 def test_no_internal_fd_until_the_first_signal_handler() -> None:
     loop = cadeloop.Loop()
     try:
