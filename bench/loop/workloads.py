@@ -622,6 +622,93 @@ def sock_echo_1k(loop: Loop) -> float:
     return _sock_echo(loop, 1024, 50_000)
 
 
+# --------------------------------------------------------------- sendfile
+
+
+def _sock_sendfile(loop: Loop, python_path: bool, file_mib: int = 16, rounds: int = 256) -> float:
+    """MiB per second: loop.sock_sendfile of a file over a socketpair, read by sock_recv_into on the same loop.
+
+    python_path: on cadeloop, asyncio's own Python sendfile loop (os.sendfile
+    from an add_writer callback, as before cadeloop's C++ one); on the other
+    loops the same as the native path. uvloop 0.21 has no sock_sendfile
+    (AbstractEventLoop's NotImplementedError): on uvloop both run
+    _sendfile_by_hand, os.sendfile until EAGAIN then add_writer, which is what
+    a program on uvloop would write.
+    """
+    import tempfile
+
+    if python_path and type(loop).__module__.startswith("cadeloop"):
+        import asyncio.unix_events as ue
+
+        type(loop)._sock_sendfile_native = ue._UnixSelectorEventLoop._sock_sendfile_native  # type: ignore[attr-defined]
+    size = file_mib << 20
+    fd, path = tempfile.mkstemp(prefix="cadeloop-bench-sendfile-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(1 << 20) * file_mib)
+
+    async def main() -> float:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        buf = bytearray(1 << 20)
+
+        async def reader() -> None:
+            got = 0
+            while got < size:
+                n = await loop.sock_recv_into(b, buf)
+                if not n:
+                    raise RuntimeError("peer closed early")
+                got += n
+
+        on_uvloop = type(loop).__module__.startswith("uvloop")
+        with open(path, "rb") as f:
+            t0 = _now()
+            for _ in range(rounds):
+                r = loop.create_task(reader())
+                if on_uvloop:
+                    sent = await _sendfile_by_hand(loop, a, f.fileno(), size)
+                else:
+                    sent = await loop.sock_sendfile(a, f, 0, None)
+                await r
+                if sent != size:
+                    raise RuntimeError(f"sent {sent} of {size}")
+            elapsed = _now() - t0
+        a.close()
+        b.close()
+        return rounds * file_mib / elapsed
+
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        os.unlink(path)
+
+
+async def _sendfile_by_hand(loop: Loop, sock: socket.socket, fileno: int, size: int) -> int:
+    """os.sendfile as far as the socket takes it, then wait for writable (add_writer); the bytes sent."""
+    sent = 0
+    while sent < size:
+        try:
+            sent += os.sendfile(sock.fileno(), fileno, sent, size - sent)
+            continue
+        except BlockingIOError:
+            pass
+        writable = loop.create_future()
+        loop.add_writer(sock.fileno(), writable.set_result, None)
+        try:
+            await writable
+        finally:
+            loop.remove_writer(sock.fileno())
+    return sent
+
+
+def sock_sendfile_16m(loop: Loop) -> float:
+    return _sock_sendfile(loop, python_path=False)
+
+
+def sock_sendfile_16m_pypath(loop: Loop) -> float:
+    return _sock_sendfile(loop, python_path=True)
+
+
 WORKLOADS: dict[str, tuple[Callable[[Loop], float], str]] = {
     "call_soon_chain": (call_soon_chain, "callbacks/s"),
     "call_soon_burst": (call_soon_burst, "callbacks/s"),
@@ -645,6 +732,8 @@ WORKLOADS: dict[str, tuple[Callable[[Loop], float], str]] = {
     "tcp_accept_churn_64": (tcp_accept_churn_64, "connections/s"),
     "tcp_accept_churn_64_pyaccept": (tcp_accept_churn_64_pyaccept, "connections/s"),
     "sock_echo_1k": (sock_echo_1k, "round trips/s"),
+    "sock_sendfile_16m": (sock_sendfile_16m, "MiB/s"),
+    "sock_sendfile_16m_pypath": (sock_sendfile_16m_pypath, "MiB/s"),
 }
 
 

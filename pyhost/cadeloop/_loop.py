@@ -9,7 +9,8 @@ set-up and clean-up of run_forever, run_until_complete, tasks and futures, the e
 the accept path of TLS servers, the cold paths of UDP transports (their reads and
 ordinary sends are C++), the cold paths of pipe transports (their reads and
 writes are C++, _loop_pipes.py; child processes are watched with a pidfd in
-C++), signals and TLS (asyncio's SSL protocol over cadeloop's socket transports).
+C++) and TLS (asyncio's SSL protocol over cadeloop's socket transports). Signal
+handlers and sock_sendfile's sendfile(2) loop are C++ too.
 """
 
 from __future__ import annotations
@@ -390,23 +391,18 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         asyncio.SelectorEventLoop.__init__(self, selector=_SelectorView(self))
         self._set_spin(values["spin_us"], values["adaptive_spin"])
 
-    # The self-pipe exists for signal wake-ups only (signal.set_wakeup_fd);
-    # call_soon_threadsafe wakes the loop through the C++ parker's eventfd.
-    # Made on the first add_signal_handler so an ordinary loop registers no
-    # fd at all and its idle passes need no poll system call.
+    # Signals are C++ (loop_signal.cpp): add_signal_handler, remove_signal_handler,
+    # the reader _read_from_self and the socketpair given to signal.set_wakeup_fd,
+    # made on the first add_signal_handler so an ordinary loop registers no fd at
+    # all and its idle passes need no poll system call. call_soon_threadsafe wakes
+    # the loop through the C++ parker's eventfd, so asyncio's self-pipe
+    # (_ssock/_csock) is never made.
     def _make_self_pipe(self) -> None:
         self._ssock = None
         self._csock = None
 
     def _close_self_pipe(self) -> None:
-        if self._ssock is not None:
-            selector_events.BaseSelectorEventLoop._close_self_pipe(self)
-
-    def add_signal_handler(self, sig: int, callback: Any, *args: Any) -> None:
-        self._check_closed()
-        if self._ssock is None:
-            selector_events.BaseSelectorEventLoop._make_self_pipe(self)
-        super().add_signal_handler(sig, callback, *args)
+        self._close_signal_pipe()
 
     def _write_to_self(self) -> None:
         self._wake()

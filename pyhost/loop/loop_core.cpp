@@ -58,6 +58,7 @@ void release_objects(loop_state& st) {
     e.events = 0;
   }
   st.fds_registered = 0;
+  release_signals(st, drop);
   if (st.source != nullptr) {
     (void)st.poller.remove(st.source->fd());
     st.source = nullptr;
@@ -185,6 +186,7 @@ PyObject* loop_new(PyTypeObject* type, PyObject*, PyObject*) {
     st->str_get_buffer = names[1];
     st->str_buffer_updated = names[2];
     reinterpret_cast<loop_object*>(self)->state = st;
+    st->time_override = type_overrides_time(type);
     st->str_context = PyUnicode_InternFromString("context");
     st->str_future = PyUnicode_InternFromString("Future");
     st->str_task = PyUnicode_InternFromString("Task");
@@ -264,6 +266,7 @@ int loop_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(st->tasks_module);
   Py_VISIT(st->source_owner);
   Py_VISIT(st->sock_support);
+  Py_VISIT(st->signal_handlers);
   return 0;
 }
 
@@ -377,6 +380,19 @@ PyMethodDef loop_methods[] = {
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_accept)), METH_FASTCALL,
      nullptr},
     {"_sock_stats", loop_sock_stats, METH_NOARGS, nullptr},
+    // sigtime: signal handlers (loop_signal.cpp), sendfile(2) (loop_sendfile.cpp)
+    {"add_signal_handler",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_add_signal_handler)),
+     METH_FASTCALL,
+     "add_signal_handler(sig, callback, *args): run callback(*args) on the loop when sig "
+     "arrives. Main thread of the main interpreter only."},
+    {"remove_signal_handler", loop_remove_signal_handler, METH_O,
+     "remove_signal_handler(sig) -> bool: restore the default handler of sig."},
+    {"_read_from_self", loop_read_from_self, METH_NOARGS, nullptr},
+    {"_close_signal_pipe", loop_close_signal_pipe, METH_NOARGS, nullptr},
+    {"_sock_sendfile_native",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_sendfile_native)),
+     METH_FASTCALL, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -385,6 +401,7 @@ PyGetSetDef loop_getsets[] = {
     {"_stopping", get_stopping, set_stopping, nullptr, nullptr},
     {"_debug", get_debug, set_debug, nullptr, nullptr},
     {"_task_factory", get_task_factory, set_task_factory, nullptr, nullptr},
+    {"_signal_handlers", loop_get_signal_handlers, loop_set_signal_handlers, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -396,6 +413,7 @@ PyType_Slot loop_slots[] = {
     {Py_tp_clear, reinterpret_cast<void*>(loop_clear)},
     {Py_tp_methods, loop_methods},
     {Py_tp_getset, loop_getsets},
+    {Py_tp_setattro, reinterpret_cast<void*>(loop_setattro)},
     {0, nullptr},
 };
 
@@ -428,13 +446,16 @@ void register_loop(pybind11::module_& m) {
     throw pybind11::error_already_set();
   }
   PyObject* loop_type = PyType_FromModuleAndSpec(module, &loop::loop_spec, nullptr);
-  bool ok = loop_type != nullptr &&
+  PyObject* sendfile_op_type = loop::new_sendfile_op_type(module);
+  bool ok = loop_type != nullptr && sendfile_op_type != nullptr &&
+            PyObject_SetAttrString(loop_type, "_sendfile_op_type", sendfile_op_type) == 0 &&
             PyObject_SetAttrString(loop_type, "_handle_type", handle_type) == 0 &&
             PyObject_SetAttrString(loop_type, "_timer_handle_type", timer_type) == 0 &&
             PyObject_SetAttrString(loop_type, "_transport_type", transport_type) == 0 &&
             loop::add_sock_call_type(module, loop_type) == 0 &&
             PyModule_AddObjectRef(module, "LoopCore", loop_type) == 0;
   Py_XDECREF(loop_type);
+  Py_XDECREF(sendfile_op_type);
   Py_DECREF(handle_type);
   Py_DECREF(timer_type);
   Py_DECREF(transport_type);

@@ -187,6 +187,17 @@ struct loop_state {
   loop_source* source = nullptr;
   PyObject* source_owner = nullptr;  // strong
   bool source_signalled = false;     // its fd was in the last poll's events
+
+  // Signals (loop_signal.cpp): the socketpair Python's C signal handler
+  // writes each signal number to (signal.set_wakeup_fd), made on the first
+  // add_signal_handler and read by the reader _read_from_self; and asyncio's
+  // _signal_handlers dict (signal -> Handle), strong, made on first use.
+  int signal_read_fd = -1;
+  int signal_write_fd = -1;
+  PyObject* signal_handlers = nullptr;
+  // loop.time replaced on the instance (or overridden by a subclass): the
+  // pass and call_later then read self.time(), as asyncio's code does.
+  bool time_override = false;
 };
 
 /// The C part of a LoopCore instance.

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <limits>
 #include <system_error>
+#include <vector>
 
 #include "loop/loop_core.hpp"
 
@@ -124,5 +125,41 @@ PyObject* loop_sock_accept(PyObject* self, PyObject* const* args, Py_ssize_t nar
 PyObject* loop_sock_stats(PyObject* self, PyObject* unused);
 /// Creates the SockCall type and sets it as loop_type._sock_call_type. -1 on error.
 int add_sock_call_type(PyObject* module, PyObject* loop_type);
+
+// --- loop_signal.cpp: add_signal_handler / remove_signal_handler (sigtime)
+PyObject* loop_add_signal_handler(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* loop_remove_signal_handler(PyObject* self, PyObject* sig);
+PyObject* loop_read_from_self(PyObject* self, PyObject* unused);
+PyObject* loop_close_signal_pipe(PyObject* self, PyObject* unused);
+PyObject* loop_get_signal_handlers(PyObject* self, void* unused);
+int loop_set_signal_handlers(PyObject* self, PyObject* value, void* unused);
+/// Takes the signal socketpair out of the fd table and closes it (no-op if none).
+void close_signal_pipe(PyObject* self, loop_state& st);
+/// Closes the socketpair and hands the handlers dict to `drop` (release_objects).
+void release_signals(loop_state& st, std::vector<PyObject*>& drop);
+
+// --- loop_pass.cpp: loop.time replaced on the instance (sigtime)
+/// self.time() when loop.time is replaced (st.time_override); false with an
+/// exception set if it raised or returned no number.
+bool overridden_time(PyObject* self, double& now);
+/// tp_setattro of LoopCore: the generic one, noting a `time` set or deleted.
+int loop_setattro(PyObject* self, PyObject* name, PyObject* value);
+/// Whether `type` (a LoopCore subclass) defines its own time().
+bool type_overrides_time(PyTypeObject* type);
+
+/// The loop's clock as asyncio's code reads it (self.time()): CLOCK_MONOTONIC,
+/// or the replacement's answer when loop.time is replaced. Loop thread.
+inline bool loop_clock(PyObject* self, const loop_state& st, double& now) {
+  if (!st.time_override) [[likely]] {
+    now = monotonic_now();
+    return true;
+  }
+  return overridden_time(self, now);
+}
+
+// --- loop_sendfile.cpp: sock_sendfile's native path with sendfile(2) (sigtime)
+PyObject* loop_sock_sendfile_native(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+/// Creates the SendfileOp type for this interpreter; new reference or NULL.
+PyObject* new_sendfile_op_type(PyObject* module);
 
 }  // namespace cadeloop::pyhost::loop

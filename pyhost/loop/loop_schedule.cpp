@@ -275,7 +275,11 @@ PyObject* loop_call_later(PyObject* self, PyObject* const* args, Py_ssize_t narg
   if (delay == -1.0 && PyErr_Occurred()) {
     return nullptr;
   }
-  return schedule_at(self, st, monotonic_now() + delay, a, "call_later");
+  double now = 0;
+  if (!loop_clock(self, st, now)) {
+    return nullptr;
+  }
+  return schedule_at(self, st, now + delay, a, "call_later");
 }
 
 PyObject* loop_time(PyObject*, PyObject*) {

@@ -93,12 +93,5 @@ markers =
 # suite -> {test node id: why it passes on asyncio and fails on cadeloop}
 KNOWN_DIFFERENCES: dict[str, dict[str, str]] = {
     "anyio": {},
-    "aiohttp": {
-        "tests/test_web_functional.py::test_keepalive_expires_on_time[pyloop]": (
-            "moves the loop's clock with mock.patch.object(loop, 'time', ...) and expects the "
-            "keep-alive timer to fire: asyncio's Python _run_once reads self.time(), so a patched "
-            "attribute moves its timers; cadeloop's timers are scheduled and fired in C++ on "
-            "CLOCK_MONOTONIC and never look the attribute up (loop.time() itself is the same clock)"
-        ),
-    },
+    "aiohttp": {},
 }
