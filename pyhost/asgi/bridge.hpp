@@ -105,15 +105,19 @@ struct ws_session {
 /// second piece waits. Plain data, so that request_object stays a C struct:
 /// all-zero is empty; `destroy()` frees everything. Loop thread.
 struct pending_body {
-  char* first;  ///< owned (net::byte_buffer::release()), or NULL when empty
+  char* first;  ///< owned allocation (net::byte_buffer::release()), or NULL when empty
   std::size_t first_size;
+  std::size_t first_offset;             ///< where its bytes start in `first`
   std::vector<net::byte_buffer>* rest;  ///< owned, or NULL; non-empty only with `first`
 
   [[nodiscard]] bool empty() const noexcept { return first == nullptr; }
+  /// The first piece's bytes.
+  [[nodiscard]] const char* first_data() const noexcept { return first + first_offset; }
   /// Appends a non-empty piece. Throws std::bad_alloc (the piece is then dropped).
   void push(net::byte_buffer&& piece) {
     if (first == nullptr) {
       first_size = piece.size();
+      first_offset = piece.offset();
       first = piece.release();
       return;
     }
@@ -134,8 +138,8 @@ struct pending_body {
   }
   /// Frees the pieces (keeps the vector's storage).
   void clear() noexcept {
-    (void)net::byte_buffer::adopt(std::exchange(first, nullptr), first_size);
-    first_size = 0;
+    (void)net::byte_buffer::adopt(std::exchange(first, nullptr), first_size, first_offset);
+    first_size = first_offset = 0;
     if (rest != nullptr) {
       rest->clear();
     }

@@ -146,12 +146,12 @@ PyObject* bridge::body_message(request_object* r) {
   if (total == 0) {
     bytes = Py_NewRef(n_.empty_bytes);
   } else if (pending.rest == nullptr || pending.rest->empty()) {
-    bytes = PyBytes_FromStringAndSize(pending.first, static_cast<Py_ssize_t>(total));
+    bytes = PyBytes_FromStringAndSize(pending.first_data(), static_cast<Py_ssize_t>(total));
   } else {
     bytes = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
     if (bytes != nullptr) {
       char* at = PyBytes_AS_STRING(bytes);
-      std::memcpy(at, pending.first, pending.first_size);
+      std::memcpy(at, pending.first_data(), pending.first_size);
       at += pending.first_size;
       for (const net::byte_buffer& b : *pending.rest) {
         if (!b.empty()) {
