@@ -95,3 +95,14 @@ def test_apps_start_in_request_order_behind_a_body(server: ServerProcess) -> Non
         answers = [read_response(f) for _ in range(4)]
     assert [status for status, _, _ in answers] == [200] * 4
     assert json.loads(answers[3][2]) == ["a", "b", "c", "d"]
+
+
+def test_a_big_body_followed_by_more_requests_in_one_segment(server: ServerProcess) -> None:
+    # The body does not end the bytes read: it is copied out, the request behind it parsed from the same buffer.
+    body = os.urandom(24 * 1024)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(post("/messages", body) + post("/messages", body[:100]))
+        f = s.makefile("rb")
+        answers = [json.loads(read_response(f)[2]) for _ in range(2)]
+    assert answers == [{"messages": [[len(body), False]], "sha256": hashlib.sha256(body).hexdigest()},
+                       {"messages": [[100, False]], "sha256": hashlib.sha256(body[:100]).hexdigest()}]
