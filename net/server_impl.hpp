@@ -177,6 +177,8 @@ class http_server::impl {
   void dispatch_head(connection& c, const http::parse_event& ev);
   void emit_body(connection& c, std::span<const http::parse_event> pieces, std::size_t total,
                  bool more_body);
+  byte_buffer lend_read_buffer(connection& c, std::span<const http::parse_event> pieces,
+                               std::size_t total);
   void on_message_complete(connection& c, bool body_sent);
   void on_parse_error(connection& c);
 

@@ -248,17 +248,52 @@ void http_server::impl::emit_body(connection& c, std::span<const http::parse_eve
   if (c.body_seq - c.hol_seq >= c.in_flight()) {
     return;  // its response is already finished: nobody reads this body
   }
-  byte_buffer bytes{total};
-  std::size_t at = 0;
-  for (const http::parse_event& p : pieces) {
-    if (!p.body.empty()) {
-      std::memcpy(bytes.data() + at, p.body.data(), p.body.size());
-      at += p.body.size();
+  byte_buffer bytes = lend_read_buffer(c, pieces, total);
+  if (bytes.empty() && total != 0) {
+    bytes = byte_buffer{total};
+    std::size_t at = 0;
+    for (const http::parse_event& p : pieces) {
+      if (!p.body.empty()) {
+        std::memcpy(bytes.data() + at, p.body.data(), p.body.size());
+        at += p.body.size();
+      }
     }
   }
   sink_.on_body(c.id(), c.body_seq, std::move(bytes), more_body);
   c.body_unacked += total;
   unread_total_ += total;
+}
+
+// A big body piece that ends the bytes read (nothing after it to parse)
+// goes to the app in the read buffer itself: the buffer becomes the body
+// (its bytes from the piece's start), and the next read takes another one.
+// Small pieces are copied: a fresh read buffer costs more than their copy,
+// and a piece keeps its whole buffer alive until the app takes it.
+byte_buffer http_server::impl::lend_read_buffer(connection& c,
+                                                std::span<const http::parse_event> pieces,
+                                                std::size_t total) {
+  if (total < opt_.read_buffer_size / 4 || !c.rbuf || c.tls.active()) {
+    return {};
+  }
+  const char* base = c.rbuf.get();
+  const char* start = nullptr;
+  const char* end = nullptr;
+  for (const http::parse_event& p : pieces) {
+    if (p.body.empty()) {
+      continue;
+    }
+    if (start == nullptr) {
+      start = p.body.data();
+    } else if (p.body.data() != end) {
+      return {};  // not one run (chunked framing between the pieces)
+    }
+    end = p.body.data() + p.body.size();
+  }
+  if (start < base || end != base + c.rend) {
+    return {};
+  }
+  const auto offset = static_cast<std::size_t>(start - base);
+  return byte_buffer::adopt(c.rbuf.release(), total, offset);
 }
 
 void http_server::impl::on_message_complete(connection& c, bool body_sent) {

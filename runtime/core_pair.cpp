@@ -64,7 +64,7 @@ inbound_message app_side::adopt(const inbound_event& ev) noexcept {
       m.code = ev.code;
       break;
     case inbound_kind::body:
-      m.body = net::byte_buffer::adopt(static_cast<char*>(ev.data), ev.size);
+      m.body = net::byte_buffer::adopt(static_cast<char*>(ev.data), ev.size, ev.offset);
       m.more_body = ev.more_body;
       break;
     case inbound_kind::drained:

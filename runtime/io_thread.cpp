@@ -331,7 +331,8 @@ void io_thread::on_body(net::connection_id conn, std::uint32_t request, net::byt
   ev.request = request;
   ev.more_body = more_body;
   ev.size = bytes.size();
-  ev.data = bytes.data();
+  ev.offset = bytes.offset();
+  ev.data = bytes.data() - bytes.offset();  // the allocation (null when empty)
   ch_.inbound.stage(ev);
   (void)bytes.release();
 }

@@ -249,6 +249,11 @@ void bridge::release_python() {
     r = next;
   }
   live_.live_prev = live_.live_next = &live_;
+  for (auto [r, scope] : deferred_) {
+    Py_DECREF(scope);
+    Py_DECREF(r);
+  }
+  deferred_.clear();
   drop_gate();
   forget_connections();
   for (auto& [name, bytes] : header_names_) {
@@ -331,9 +336,11 @@ int bridge::run() {
     n = side_.drain_inbound([this](runtime::inbound_message&& m) { on_message(m); },
                             messages_per_run);
   } catch (const std::bad_alloc&) {
+    start_deferred();
     PyErr_NoMemory();
     return -1;
   }
+  start_deferred();  // requests with a body, now that their first pieces are in
   if (PyErr_Occurred()) {
     return -1;  // KeyboardInterrupt / SystemExit raised by an app: stop the loop
   }

@@ -99,6 +99,58 @@ struct ws_session {
   ws_inbox inbox;  ///< messages received, oldest first
 };
 
+/// The body pieces of one request not yet given to the app, oldest first.
+/// The first is held inline, so a body that came in one piece (the common
+/// case) costs no allocation here; a vector for the others is made when a
+/// second piece waits. Plain data, so that request_object stays a C struct:
+/// all-zero is empty; `destroy()` frees everything. Loop thread.
+struct pending_body {
+  char* first;  ///< owned allocation (net::byte_buffer::release()), or NULL when empty
+  std::size_t first_size;
+  std::size_t first_offset;             ///< where its bytes start in `first`
+  std::vector<net::byte_buffer>* rest;  ///< owned, or NULL; non-empty only with `first`
+
+  [[nodiscard]] bool empty() const noexcept { return first == nullptr; }
+  /// The first piece's bytes.
+  [[nodiscard]] const char* first_data() const noexcept { return first + first_offset; }
+  /// Appends a non-empty piece. Throws std::bad_alloc (the piece is then dropped).
+  void push(net::byte_buffer&& piece) {
+    if (first == nullptr) {
+      first_size = piece.size();
+      first_offset = piece.offset();
+      first = piece.release();
+      return;
+    }
+    if (rest == nullptr) {
+      rest = new std::vector<net::byte_buffer>();
+    }
+    rest->push_back(std::move(piece));
+  }
+  /// Bytes waiting.
+  [[nodiscard]] std::size_t size() const noexcept {
+    std::size_t n = first == nullptr ? 0 : first_size;
+    if (rest != nullptr) {
+      for (const net::byte_buffer& b : *rest) {
+        n += b.size();
+      }
+    }
+    return n;
+  }
+  /// Frees the pieces (keeps the vector's storage).
+  void clear() noexcept {
+    (void)net::byte_buffer::adopt(std::exchange(first, nullptr), first_size, first_offset);
+    first_size = first_offset = 0;
+    if (rest != nullptr) {
+      rest->clear();
+    }
+  }
+  /// Frees the pieces and the vector.
+  void destroy() noexcept {
+    clear();
+    delete std::exchange(rest, nullptr);
+  }
+};
+
 /// One HTTP request as the app sees it: the owner of its `receive`/`send`
 /// callables and of its response encoder. A CPython GC object made by the
 /// bridge on the loop thread; whichever reference goes last frees it (a task
@@ -116,9 +168,9 @@ struct request_object {
   net::connection_id conn;
   std::uint32_t seq;
   unsigned status;
-  std::vector<net::byte_buffer>* body;  // owned, from the first piece: body not given to the app
-  ws_session* ws;                      // owned: a WebSocket upgrade's state, else NULL
-  http::response_encoder* encoder;     // owned
+  pending_body body;                // body pieces not given to the app yet
+  ws_session* ws;                   // owned: a WebSocket upgrade's state, else NULL
+  http::response_encoder* encoder;  // owned
   http::request_context ctx;
   bool has_body;        // body events follow the head
   bool body_complete;   // the last body piece arrived (or there is no body)
@@ -314,9 +366,14 @@ class bridge final : public loop_source {
   PyObject* header_name(std::string_view name);
   PyObject* address_tuple(const net::socket_address& a, bool server_side);
   bool start_app(request_object* r, PyObject* scope);
+  /// Starts the apps of the requests on_request deferred to the end of the
+  /// drained batch (a request with a body, and every request after it).
+  void start_deferred();
 
   PyObject* ready(PyObject* value);  // steals value
   PyObject* body_message(request_object* r);
+  /// {"type": "http.request", "body": bytes, "more_body": more}; steals `bytes`.
+  PyObject* request_message(PyObject* bytes, bool more);
   PyObject* disconnect_message();
   bool resolve(PyObject*& waiter, PyObject* value, bool exception);  // steals value
   void wake_receiver(request_object* r);
@@ -363,6 +420,12 @@ class bridge final : public loop_source {
   PyObject* done_context_ = nullptr;  // the empty Context the tasks' done callbacks run in
   PyObject* done_kwnames_ = nullptr;  // ("context",)
   std::vector<conn_state> conns_;
+  struct deferred_start {
+    request_object* r;  // strong
+    PyObject* scope;    // strong
+  };
+  std::vector<deferred_start> deferred_;  // on_request's, started by start_deferred()
+  std::vector<deferred_start> deferred_swap_;
   request_object live_{};  // sentinel of the live list
   http::date_cache dates_;
   std::string scratch_;

@@ -47,10 +47,7 @@ void bridge::on_body(runtime::inbound_message& m) {
     return;
   }
   if (!m.body.empty()) {
-    if (r->body == nullptr) {
-      r->body = new std::vector<net::byte_buffer>();  // made for the first piece
-    }
-    r->body->push_back(std::move(m.body));
+    r->body.push(std::move(m.body));
   }
   if (!m.more_body) {
     r->body_complete = true;
@@ -143,23 +140,20 @@ PyObject* bridge::disconnect_message() {
 }
 
 PyObject* bridge::body_message(request_object* r) {
-  std::size_t total = 0;
-  if (r->body != nullptr) {  // made when the first body piece arrived
-    for (const net::byte_buffer& b : *r->body) {
-      total += b.size();
-    }
-  }
+  pending_body& pending = r->body;
+  const std::size_t total = pending.size();
   PyObject* bytes = nullptr;
   if (total == 0) {
     bytes = Py_NewRef(n_.empty_bytes);
-  } else if (r->body->size() == 1) {
-    const net::byte_buffer& b = r->body->front();
-    bytes = PyBytes_FromStringAndSize(b.data(), static_cast<Py_ssize_t>(b.size()));
+  } else if (pending.rest == nullptr || pending.rest->empty()) {
+    bytes = PyBytes_FromStringAndSize(pending.first_data(), static_cast<Py_ssize_t>(total));
   } else {
     bytes = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
     if (bytes != nullptr) {
       char* at = PyBytes_AS_STRING(bytes);
-      for (const net::byte_buffer& b : *r->body) {
+      std::memcpy(at, pending.first_data(), pending.first_size);
+      at += pending.first_size;
+      for (const net::byte_buffer& b : *pending.rest) {
         if (!b.empty()) {
           std::memcpy(at, b.data(), b.size());
           at += b.size();
@@ -171,20 +165,32 @@ PyObject* bridge::body_message(request_object* r) {
     return nullptr;
   }
   const bool more = !r->body_complete;
-  PyObject* msg = Py_BuildValue("{O:O,O:N,O:O}", n_.type, n_.http_request, n_.body, bytes,
-                                n_.more_body, more ? Py_True : Py_False);
+  PyObject* msg = request_message(bytes, more);
   if (msg == nullptr) {
     return nullptr;
   }
-  if (r->body != nullptr) {
-    r->body->clear();
-  }
+  pending.clear();
   if (!more) {
     r->body_delivered = true;
   }
   if (total != 0 && !r->disconnected) {
     side_.consumed(r->conn, total);  // credit: the I/O thread may read on
   }
+  return msg;
+}
+
+PyObject* bridge::request_message(PyObject* bytes, bool more) {
+  // Three items set on a new dict: what Py_BuildValue would make, without
+  // parsing a format string per message.
+  PyObject* msg = PyDict_New();
+  if (msg == nullptr || PyDict_SetItem(msg, n_.type, n_.http_request) != 0 ||
+      PyDict_SetItem(msg, n_.body, bytes) != 0 ||
+      PyDict_SetItem(msg, n_.more_body, more ? Py_True : Py_False) != 0) {
+    Py_XDECREF(msg);
+    Py_DECREF(bytes);
+    return nullptr;
+  }
+  Py_DECREF(bytes);
   return msg;
 }
 
@@ -237,8 +243,7 @@ PyObject* bridge::receive(request_object* r) {
   if (!r->body_delivered) {
     if (!r->has_body) {
       r->body_delivered = true;
-      return ready(Py_BuildValue("{O:O,O:O,O:O}", n_.type, n_.http_request, n_.body, n_.empty_bytes,
-                                 n_.more_body, Py_False));
+      return ready(request_message(Py_NewRef(n_.empty_bytes), false));
     }
     if (r->expect_continue && !r->continue_sent && !r->head_written) {
       // The client waits for this before it sends the body: only now that
@@ -253,7 +258,7 @@ PyObject* bridge::receive(request_object* r) {
         }
       }
     }
-    if ((r->body != nullptr && !r->body->empty()) || r->body_complete) {
+    if (!r->body.empty() || r->body_complete) {
       return ready(body_message(r));
     }
   } else if (r->complete || (cs != nullptr && cs->peer_eof)) {

@@ -96,7 +96,7 @@ void bridge::on_request(runtime::inbound_message& m) {
   r->conn = m.conn;
   r->seq = m.request;
   r->status = 0;
-  r->body = nullptr;
+  r->body = pending_body{};
   r->ws = nullptr;
   r->encoder = nullptr;
   r->ctx.is_head = head.method() == http::request_method::head;
@@ -146,7 +146,37 @@ void bridge::on_request(runtime::inbound_message& m) {
     finish(r);
     return;
   }
+  // A request with a body starts when the batch is drained (start_deferred),
+  // so that body pieces that came with the head are there for its first
+  // receive(): one ready message instead of a Future resolved later. The
+  // requests after it in the batch wait as well, so apps start in order.
+  if ((r->has_body && r->ws == nullptr) || !deferred_.empty()) {
+    try {
+      deferred_.push_back({r, scope});
+      Py_INCREF(r);
+      return;
+    } catch (const std::bad_alloc&) {
+      // started now, without the body
+    }
+  }
   (void)start_app(r, scope);
+}
+
+void bridge::start_deferred() {
+  if (deferred_.empty()) {
+    return;
+  }
+  deferred_swap_.swap(deferred_);
+  for (auto [r, scope] : deferred_swap_) {
+    if (PyErr_Occurred() != nullptr) {
+      Py_DECREF(scope);  // a fatal error is pending: the loop stops; nothing more starts
+      finish(r);
+    } else {
+      (void)start_app(r, scope);
+    }
+    Py_DECREF(r);
+  }
+  deferred_swap_.clear();
 }
 
 bool bridge::start_app(request_object* r, PyObject* scope) {
@@ -582,7 +612,7 @@ void bridge::finish(request_object* r) {
   PyObject* sw = std::exchange(r->send_waiter, nullptr);
   PyObject* hdr = std::exchange(r->start_headers, nullptr);
   Py_CLEAR(r->gated);  // a send held by the staging gate (the queue drops r later)
-  delete std::exchange(r->body, nullptr);
+  r->body.destroy();
   if (r->ws != nullptr) {
     r->ws->inbox.clear();
   }

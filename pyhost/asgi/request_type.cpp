@@ -101,7 +101,7 @@ void request_dealloc(PyObject* self) {
     r->owner->unlink(r);
   }
   request_clear(self);
-  delete r->body;
+  r->body.destroy();
   delete r->ws;
   delete r->encoder;
   tp->tp_free(self);

@@ -37,12 +37,25 @@ class byte_buffer {
     b.size_ = data == nullptr ? 0 : size;
     return b;
   }
+  /// Takes ownership of the allocation `base` (new char[]) whose bytes are
+  /// the `size` from `base + offset`: a run inside a bigger buffer (a read
+  /// buffer holding a head and its body) handed on without a copy. The other
+  /// half of `offset()` and `release()`. Any thread.
+  [[nodiscard]] static byte_buffer adopt(char* base, std::size_t size,
+                                         std::size_t offset) noexcept {
+    byte_buffer b = adopt(base, size);
+    b.offset_ = base == nullptr ? 0 : offset;
+    return b;
+  }
 
   byte_buffer(byte_buffer&& other) noexcept
-      : data_{std::move(other.data_)}, size_{std::exchange(other.size_, 0)} {}
+      : data_{std::move(other.data_)},
+        size_{std::exchange(other.size_, 0)},
+        offset_{std::exchange(other.offset_, 0)} {}
   byte_buffer& operator=(byte_buffer&& other) noexcept {
     data_ = std::move(other.data_);
     size_ = std::exchange(other.size_, 0);
+    offset_ = std::exchange(other.offset_, 0);
     return *this;
   }
   byte_buffer(const byte_buffer&) = delete;
@@ -50,28 +63,35 @@ class byte_buffer {
   /// Frees the bytes. The owning thread.
   ~byte_buffer() = default;
 
-  /// Gives up ownership: returns the bytes (nullptr when empty) and leaves
-  /// this buffer empty. Call only after the last line that can throw before
-  /// the pointer is stored elsewhere. The owning thread.
+  /// Gives up ownership: returns the allocation (nullptr when empty; the
+  /// bytes start `offset()` into it: read that first) and leaves this buffer
+  /// empty. Call only after the last line that can throw before the pointer
+  /// is stored elsewhere. The owning thread.
   [[nodiscard]] char* release() noexcept {
     size_ = 0;
+    offset_ = 0;
     return data_.release();
   }
+  /// Where the bytes start in the allocation: 0 but for `adopt(base, size, offset)`.
+  [[nodiscard]] std::size_t offset() const noexcept { return offset_; }
 
   /// The bytes (nullptr when empty). The owning thread.
-  [[nodiscard]] char* data() noexcept { return data_.get(); }
+  [[nodiscard]] char* data() noexcept { return data_ ? data_.get() + offset_ : nullptr; }
   /// The bytes (nullptr when empty). The owning thread.
-  [[nodiscard]] const char* data() const noexcept { return data_.get(); }
+  [[nodiscard]] const char* data() const noexcept {
+    return data_ ? data_.get() + offset_ : nullptr;
+  }
   /// Number of bytes. The owning thread.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   /// True when there are no bytes. The owning thread.
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   /// The bytes as a view, valid while this buffer owns them. The owning thread.
-  [[nodiscard]] std::string_view view() const noexcept { return {data_.get(), size_}; }
+  [[nodiscard]] std::string_view view() const noexcept { return {data(), size_}; }
 
  private:
   std::unique_ptr<char[]> data_;
   std::size_t size_ = 0;
+  std::size_t offset_ = 0;
 };
 
 }  // namespace cadeloop::net

@@ -55,8 +55,11 @@ struct server_options {
   /// Requests in flight per connection (pipelining): the parser stops after
   /// this many requests without a finished response. At least 1.
   std::uint32_t max_pipelined = 16;
-  /// Bytes read per system call (and the read buffer's size).
-  std::size_t read_buffer_size = 16 * 1024;
+  /// Bytes read per system call (and the read buffer's size). 64 KiB, so
+  /// that a head and a body up to about 64 KiB that the client wrote at once
+  /// (one loopback segment) come in one read, as one body piece. A buffer is
+  /// held only while its connection has unparsed bytes (pooled otherwise).
+  std::size_t read_buffer_size = 64 * 1024;
   /// Body bytes handed to the app and not yet reported consumed above which
   /// the connection stops reading (request-body backpressure).
   std::uint64_t body_window = 256 * 1024;

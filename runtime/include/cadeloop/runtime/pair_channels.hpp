@@ -54,7 +54,8 @@ struct inbound_event {
   std::uint32_t request = 0;
   net::connection_id conn{};
   void* data = nullptr;
-  std::uint64_t size = 0;  ///< body, ws_message, ws_close: byte count; drained: unsent bytes
+  std::uint64_t size = 0;    ///< body, ws_message, ws_close: byte count; drained: unsent bytes
+  std::uint64_t offset = 0;  ///< body: where the bytes start in `data` (net::byte_buffer::offset())
   net::socket_address client{};
   net::socket_address server{};
   /// request over TLS: one reference to its details (net::tls_ref), adopted by the app side.

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""User-space instructions per request of one server on any workload of bench/http/driver.py, from
+valgrind's callgrind: a run of N requests and one of 2N, each under a fresh server, and the difference of
+their totals divided by N, so start-up and shutdown cancel out. Instruction counts do not depend on what
+else the machine runs, which makes them the A/B measure on a shared machine (CPU time from /proc is the
+other; this one misses the kernel's side: count system calls with bench/http/counts.py).
+
+    python bench/http/ir.py --servers cadeloop --workloads upload,pipelined,plaintext,json
+    python bench/http/ir.py --baseline build/base --servers cadeloop-base,cadeloop --workloads upload
+    python bench/http/ir.py --servers cadeloop --workloads upload --keep   # keep the 2N run's profile:
+                                                                           # callgrind_annotate it
+
+Writes bench/results/DATE-http-TAG.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from driver import RESULTS, TOOLS, WORKLOADS, build_tools, machine, servers, start_server, stop_server
+
+
+def load(port: int, w, requests: int, cpu: int) -> dict:
+    argv = ["taskset", "-c", str(cpu), str(TOOLS / "loadgen"), "--port", str(port), "--path", w.path,
+            "--connections", str(min(w.connections, 16)), "--duration", "900", "--pipeline", str(w.pipeline),
+            "--expect-status", "200", "--expect-length", str(w.expect_length), "--requests", str(requests)]
+    if w.body_size:
+        argv += ["--method", "POST", "--body-size", str(w.body_size)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=1000)
+    return json.loads(out.stdout)
+
+
+def total_ir(key: str, w, n: int, args: argparse.Namespace, baseline: Path | None, keep: Path | None) -> int:
+    server = servers(args.port, baseline)[key]
+    out = keep or Path(f"/tmp/ir-callgrind-{key}-{n}.out")
+    out.unlink(missing_ok=True)
+    argv = [server.python, *server.argv] if server.python != server.argv[0] else server.argv
+    server.argv = ["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={out}", *argv]
+    proc, error = start_server(server, args.port, argparse.Namespace(server_cpu=args.server_cpu), timeout=600)
+    if error:
+        raise RuntimeError(f"{key}: {error}")
+    try:
+        figures = load(args.port, w, n, args.load_cpu)
+        if figures.get("errors"):
+            raise RuntimeError(f"{key}: {figures['errors']} errors: {figures.get('errors_by_kind')}")
+    finally:
+        stop_server(proc)
+    text = out.read_text(errors="replace") if out.exists() else ""
+    m = re.search(r"^(?:totals|summary):\s+(\d+)", text, re.M)
+    if not keep:
+        out.unlink(missing_ok=True)
+    return int(m.group(1)) if m else 0
+
+
+def per_function(path: Path) -> dict[str, int]:
+    out = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", str(path)],
+                         capture_output=True, text=True).stdout
+    costs: dict[str, int] = {}
+    for line in out.splitlines():
+        if m := re.match(r"^\s*([\d,]+)\s+\([^)]*\)\s+(.*)$", line):
+            name = re.sub(r"^.*?:(?=[^/:]+(?: \[|$))", "", m.group(2).replace("'2", ""))
+            costs[name] = costs.get(name, 0) + int(m.group(1).replace(",", ""))
+    return costs
+
+
+def print_top(a: Path, b: Path, n: int, top: int = 40) -> None:
+    """The functions whose instructions grew most from the N run to the 2N run, per request."""
+    ca, cb = per_function(a), per_function(b)
+    diff = sorted(((cb.get(k, 0) - ca.get(k, 0)) / n, k) for k in set(ca) | set(cb))
+    for cost, name in reversed(diff[-top:]):
+        print(f"  {cost:9.0f}  {name[:150]}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--servers", default="cadeloop")
+    p.add_argument("--workloads", default="upload,pipelined,plaintext,json")
+    p.add_argument("--requests", type=int, default=4000, help="N: runs of N and 2N requests")
+    p.add_argument("--baseline", type=Path, default=None, help="another tree with its own .venv: cadeloop-base")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the profiles (/tmp/ir-KEY-WORKLOAD-n.out, -2n.out) and print the functions that "
+                        "cost the most per request (their difference)")
+    p.add_argument("--port", type=int, default=18580)
+    p.add_argument("--server-cpu", type=int, default=0)
+    p.add_argument("--load-cpu", type=int, default=1)
+    p.add_argument("--tag", default="")
+    args = p.parse_args()
+    build_tools()
+    baseline = args.baseline.resolve() if args.baseline else None
+    rows = []
+    for wname in args.workloads.split(","):
+        w = WORKLOADS[wname]
+        for key in args.servers.split(","):
+            n = args.requests
+            keep_a = Path(f"/tmp/ir-{key}-{wname}-n.out") if args.keep else None
+            keep_b = Path(f"/tmp/ir-{key}-{wname}-2n.out") if args.keep else None
+            a = total_ir(key, w, n, args, baseline, keep_a)
+            b = total_ir(key, w, 2 * n, args, baseline, keep_b)
+            row = {"workload": wname, "server": servers(args.port, baseline)[key].name, "requests": [n, 2 * n],
+                   "totals": [a, b], "ir_per_request": (b - a) / n}
+            rows.append(row)
+            if args.keep:
+                print_top(keep_a, keep_b, n)
+            print(f"{wname:10} {row['server']:40} {row['ir_per_request']:10.0f} instructions/request", flush=True)
+    if args.tag:
+        date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+        stem = RESULTS / f"{date}-http-{args.tag}"
+        lines = [f"# User-space instructions per request (callgrind), {date}", "",
+                 f"- command: `python bench/http/ir.py {' '.join(sys.argv[1:])}`", f"- machine: {machine()}",
+                 "- (totals of a run of 2N requests minus one of N) / N, fresh server each run, "
+                 "at most 16 connections (valgrind serialises threads)", "",
+                 "| workload | server | instructions/request |", "|---|---|---:|"]
+        lines += [f"| {r['workload']} | {r['server']} | {r['ir_per_request']:.0f} |" for r in rows]
+        stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+        stem.with_suffix(".json").write_text(json.dumps({"command": lines[2], "rows": rows}, indent=1))
+        print(f"written: {stem.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
