@@ -4,6 +4,7 @@
 #include "io_thread.hpp"
 #include "cadeloop/runtime/cpu_relax.hpp"
 #include "cadeloop/runtime/server_log.hpp"
+#include "cadeloop/runtime/shared_cpu.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 
@@ -113,6 +114,7 @@ void io_thread::loop() {
     server_->add_listener(std::move(listener_));
   }
   arm_wake_wait();
+  ch_.io_cpu.store(sole_cpu(), std::memory_order_relaxed);
   ch_.page.set_state(pair_state::serving);
   arm_watchdog();
   bool draining = false;
@@ -169,7 +171,25 @@ void io_thread::loop() {
 
 void io_thread::park() {
   io_loop_counters& ctr = ch_.page.io_loop;
-  if (options_.spin.count() > 0) {
+  if (ch_.shared_cpu_yield.count() > 0 && ch_.share_one_cpu()) {
+    // The app thread shares this CPU: while it is awake, yield to it and keep
+    // serving the sockets, so its answer is taken without it writing our
+    // eventfd and the next request reaches it without a write to its own.
+    const auto outcome = yield_.run(
+        ch_.shared_cpu_yield,
+        [this] {
+          return ch_.outbound.has_pending() || ch_.stop_requested.load(std::memory_order_seq_cst) ||
+                 io_.poll() > 0;
+        },
+        [this] { return ch_.app_parker.parked(); });
+    if (outcome != shared_cpu_yield::outcome::skipped) {
+      ctr.spins.add();
+    }
+    if (outcome == shared_cpu_yield::outcome::found) {
+      ctr.spin_hits.add();
+      return;  // the next pass runs after_wake_handlers() if a poll ran the wake handler
+    }
+  } else if (options_.spin.count() > 0) {
     ctr.spins.add();
     const auto until = clock_type::now() + options_.spin;
     bool hit = false;
