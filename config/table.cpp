@@ -22,8 +22,8 @@ constexpr std::array<std::string_view, 3> lifespan_choices{"auto", "on", "off"};
 constexpr std::array<std::string_view, 3> isolation_choices{"auto", "subinterpreters", "processes"};
 // auto and on serve WebSockets; off does not. `off` comes first after the
 // default (it is the other value tests pick); the rest are uvicorn's names.
-constexpr std::array<std::string_view, 7> ws_choices{
-    "auto", "off", "on", "none", "websockets", "wsproto", "websockets-sansio"};
+constexpr std::array<std::string_view, 7> ws_choices{"auto", "off", "on", "none", "websockets",
+                                                     "wsproto", "websockets-sansio"};
 constexpr std::array<std::string_view, 4> log_levels{"debug", "info", "warning", "error"};
 
 // Sections, in the order the reference shows them.

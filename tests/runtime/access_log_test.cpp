@@ -5,8 +5,8 @@
 
 #include "fake_app.hpp"
 #include "pair_fixture.hpp"
-#include "test_client.hpp"
 #include "test_json.hpp"
+#include "test_client.hpp"
 
 #include <cadeloop/net/access_log.hpp>
 #include <cadeloop/runtime/core_pair.hpp>
@@ -38,10 +38,10 @@ using cadeloop::net::access_log;
 using cadeloop::net::access_log_options;
 using cadeloop::net::check_access_log_format;
 using cadeloop::net::flush_access_logs;
-using cadeloop::test::eventually;
 using cadeloop::test::http_response;
-using cadeloop::test::json;
+using cadeloop::test::eventually;
 using cadeloop::test::test_client;
+using cadeloop::test::json;
 using cadeloop::test::try_parse_json;
 
 std::vector<std::string> read_lines(const std::string& path) {

@@ -35,11 +35,11 @@ using cadeloop::net::listen_spec;
 using cadeloop::runtime::core_pair;
 using cadeloop::runtime::inbound_kind;
 using cadeloop::runtime::inbound_message;
-using cadeloop::test::eventually;
 using cadeloop::test::fake_app;
 using cadeloop::test::get_request;
 using cadeloop::test::http_response;
 using cadeloop::test::seen;
+using cadeloop::test::eventually;
 using cadeloop::test::test_client;
 
 // "#3": built with snprintf, since GCC 12 warns falsely (-Wrestrict) about
@@ -213,8 +213,7 @@ TEST_F(core_pair_http, ExpectContinueIsLeftToTheApp) {
     return false;
   });
   test_client c = client();
-  ASSERT_TRUE(
-      c.send("POST /e HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"));
+  ASSERT_TRUE(c.send("POST /e HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"));
   const http_response cont = c.read_response();
   ASSERT_TRUE(cont.ok);
   EXPECT_EQ(cont.status, 100);
@@ -243,14 +242,11 @@ TEST_F(core_pair_http, WakeupsPerRequestStayFarBelowOneUnderPipelinedLoad) {
   const auto s = pair->stats();
   const double per_request =
       static_cast<double>(s.wakeups_to_app + s.wakeups_to_io) / static_cast<double>(s.requests);
-  std::printf(
-      "pipelined load: %llu requests, %llu wakeups to the app, %llu to the I/O thread (%.3f per "
-      "request), "
-      "%llu I/O passes, %llu write calls\n",
-      static_cast<unsigned long long>(s.requests),
-      static_cast<unsigned long long>(s.wakeups_to_app),
-      static_cast<unsigned long long>(s.wakeups_to_io), per_request,
-      static_cast<unsigned long long>(s.io_passes), static_cast<unsigned long long>(s.write_calls));
+  std::printf("pipelined load: %llu requests, %llu wakeups to the app, %llu to the I/O thread (%.3f per request), "
+              "%llu I/O passes, %llu write calls\n",
+              static_cast<unsigned long long>(s.requests), static_cast<unsigned long long>(s.wakeups_to_app),
+              static_cast<unsigned long long>(s.wakeups_to_io), per_request,
+              static_cast<unsigned long long>(s.io_passes), static_cast<unsigned long long>(s.write_calls));
   EXPECT_LT(per_request, 0.5);
   EXPECT_LT(s.write_calls, s.requests) << "responses of one pass share one write";
 }
@@ -278,8 +274,7 @@ TEST_F(core_pair_http, ProtocolErrorsAreAnsweredWithTheirStatusAndClosed) {
       {"body over max_body", "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 2000\r\n\r\n", 413},
       {"target over max_url", get_request("/" + std::string(200, 'u')), 414},
       {"too many headers", many_headers, 431},
-      {"unknown transfer coding",
-       "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
+      {"unknown transfer coding", "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
       {"HTTP/2.0 request line", "GET / HTTP/2.0\r\nHost: t\r\n\r\n", 505},
   };
   for (const error_case& e : cases) {
@@ -428,8 +423,7 @@ TEST_F(core_pair_http, SlowReaderKeepsUnsentBytesBoundedAndDrainedWaitsForTheCli
   ASSERT_LT(last_sent, total) << "the app must stall while the client does not read";
   const std::size_t drained_before = app->count(inbound_kind::drained);
   std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(app->count(inbound_kind::drained), drained_before)
-      << "no drained notice while the client does not read";
+  EXPECT_EQ(app->count(inbound_kind::drained), drained_before) << "no drained notice while the client does not read";
   EXPECT_EQ(sent_view->load(), last_sent);
   EXPECT_LE(max_unsent, high_mark + part + 1024) << "unsent bytes must stay bounded";
 
@@ -457,8 +451,7 @@ TEST_F(core_pair_http, UnconsumedBodyStopsReadingUntilTheAppConsumes) {
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   test_client c{fd};
   constexpr std::uint64_t body = 64u << 20;
-  ASSERT_TRUE(c.send("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: " + std::to_string(body) +
-                     "\r\n\r\n"));
+  ASSERT_TRUE(c.send("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: " + std::to_string(body) + "\r\n\r\n"));
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 
   // Send until the socket refuses for 300 ms in a row.
@@ -467,8 +460,7 @@ TEST_F(core_pair_http, UnconsumedBodyStopsReadingUntilTheAppConsumes) {
   auto push_until_blocked = [&](std::uint64_t limit) {
     auto blocked_since = std::chrono::steady_clock::now();
     while (std::chrono::steady_clock::now() - blocked_since < 300ms && pushed < limit) {
-      const ssize_t n = ::send(fd, block.data(),
-                               std::min<std::uint64_t>(block.size(), body - pushed), MSG_NOSIGNAL);
+      const ssize_t n = ::send(fd, block.data(), std::min<std::uint64_t>(block.size(), body - pushed), MSG_NOSIGNAL);
       if (n > 0) {
         pushed += static_cast<std::uint64_t>(n);
         blocked_since = std::chrono::steady_clock::now();
@@ -481,8 +473,7 @@ TEST_F(core_pair_http, UnconsumedBodyStopsReadingUntilTheAppConsumes) {
   EXPECT_LT(pushed, body) << "the client's send must block";
   const std::uint64_t read_by_server = pair->stats().bytes_in;
   const auto window_plus_one_read = opt.server.body_window + opt.server.read_buffer_size + 1024;
-  EXPECT_LE(read_by_server, window_plus_one_read)
-      << "the I/O thread must stop reading past the window";
+  EXPECT_LE(read_by_server, window_plus_one_read) << "the I/O thread must stop reading past the window";
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(pair->stats().bytes_in, read_by_server);
 
@@ -619,8 +610,7 @@ TEST_F(core_pair_http, GracefulStopFinishesResponsesInFlight) {
   ASSERT_TRUE(app->wait_count(inbound_kind::request, 2));
 
   pair->request_stop();
-  EXPECT_TRUE(idle.closed_by_server(2s))
-      << "idle keep-alive connections close when the drain starts";
+  EXPECT_TRUE(idle.closed_by_server(2s)) << "idle keep-alive connections close when the drain starts";
   EXPECT_TRUE(eventually([&] { return !test_client::tcp(pair->local_address().port).connected(); }))
       << "the listener closes";
 
@@ -652,9 +642,7 @@ TEST_F(core_pair_http, GracefulStopFinishesResponsesInFlight) {
 
 TEST_F(core_pair_http, GraceDeadlineClosesWhatIsLeft) {
   opt.grace = 300ms;
-  start([](fake_app&, inbound_message& m) {
-    return m.kind == inbound_kind::request;
-  });  // never answers
+  start([](fake_app&, inbound_message& m) { return m.kind == inbound_kind::request; });  // never answers
   test_client c = client();
   ASSERT_TRUE(c.send(get_request("/never")));
   ASSERT_TRUE(app->wait_count(inbound_kind::request, 1));
@@ -717,7 +705,7 @@ TEST_F(core_pair_http, UnixSocketServesAndReplacesAStaleSocketFile) {
   ASSERT_TRUE(r.ok);
   EXPECT_EQ(r.body, "ok /uds #0");
   pair->stop();
-  struct stat st {};
+  struct stat st{};
   EXPECT_NE(::lstat(path.c_str(), &st), 0) << "the socket file is removed at stop";
 }
 
@@ -733,8 +721,7 @@ TEST_F(core_pair_http, PortInUseStopsStartWithOneLine) {
   const std::uint16_t port = ntohs(a.sin_port);
   opt.listen = listen_spec::tcp("127.0.0.1", port);
   core_pair p{opt};
-  EXPECT_EQ(p.start(),
-            "cannot listen on 127.0.0.1:" + std::to_string(port) + ": address already in use");
+  EXPECT_EQ(p.start(), "cannot listen on 127.0.0.1:" + std::to_string(port) + ": address already in use");
   ::close(fd);
 }
 

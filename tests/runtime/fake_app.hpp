@@ -30,12 +30,12 @@ struct seen {
   runtime::inbound_kind kind{};
   net::connection_id conn{};
   std::uint32_t request = 0;
-  std::string target;           // request
-  bool has_body = false;        // request
-  bool server_closing = false;  // request
+  std::string target;          // request
+  bool has_body = false;       // request
+  bool server_closing = false; // request
   bool expect_continue = false;
-  std::uint64_t size = 0;  // body: bytes; drained: unsent
-  bool more_body = false;  // body
+  std::uint64_t size = 0;      // body: bytes; drained: unsent
+  bool more_body = false;      // body
   net::socket_address client{};
 };
 
@@ -110,8 +110,7 @@ class fake_app {
     std::unique_lock lock{mu_};
     return cv_.wait_for(lock, timeout, [&] { return pred(log_); });
   }
-  bool wait_count(runtime::inbound_kind k, std::size_t n,
-                  std::chrono::milliseconds timeout = std::chrono::seconds{10}) const {
+  bool wait_count(runtime::inbound_kind k, std::size_t n, std::chrono::milliseconds timeout = std::chrono::seconds{10}) const {
     return wait_until(
         [&](const std::vector<seen>& l) {
           std::size_t c = 0;
@@ -130,14 +129,11 @@ class fake_app {
     std::uint64_t body = 0;
   };
   using key_type = std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>;
-  static key_type key(net::connection_id c, std::uint32_t seq) {
-    return {c.slot, c.generation, seq};
-  }
+  static key_type key(net::connection_id c, std::uint32_t seq) { return {c.slot, c.generation, seq}; }
 
   void run() {
     for (;;) {
-      const std::size_t n =
-          side_.drain_inbound([this](runtime::inbound_message&& m) { handle(m); });
+      const std::size_t n = side_.drain_inbound([this](runtime::inbound_message&& m) { handle(m); });
       std::deque<std::function<void(fake_app&)>> tasks;
       {
         std::lock_guard lock{mu_};
@@ -212,8 +208,7 @@ class fake_app {
       }
       case runtime::inbound_kind::disconnect:
         for (auto it = pending_.begin(); it != pending_.end();) {
-          if (std::get<0>(it->first) == m.conn.slot &&
-              std::get<1>(it->first) == m.conn.generation) {
+          if (std::get<0>(it->first) == m.conn.slot && std::get<1>(it->first) == m.conn.generation) {
             it = pending_.erase(it);
           } else {
             ++it;

@@ -22,8 +22,7 @@ class pair_fixture : public ::testing::Test {
  protected:
   void SetUp() override {
     opt.listen = net::listen_spec::tcp("127.0.0.1", 0);
-    opt.grace = std::chrono::seconds{
-        1};  // tests that leave requests unanswered must not wait 30 s in TearDown
+    opt.grace = std::chrono::seconds{1};  // tests that leave requests unanswered must not wait 30 s in TearDown
   }
 
   void start(fake_app::hook hook = {}) {

@@ -4,10 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdio>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -153,15 +153,13 @@ TEST(parker, many_producers_one_sleeping_consumer_receive_everything_in_order) {
   std::uint64_t received = 0;
   const std::atomic<bool> never{false};
   while (received < producers * per_producer && consumer.lost_wakeups == 0) {
-    consumer.receive(
-        [&](std::uint64_t&& v) {
-          const auto p = static_cast<std::size_t>(v >> 32);
-          ASSERT_LT(p, next.size());
-          EXPECT_EQ(v & 0xffffffffu, next[p]) << "producer " << p << " out of order";
-          next[p] = (v & 0xffffffffu) + 1;
-          ++received;
-        },
-        never);
+    consumer.receive([&](std::uint64_t&& v) {
+      const auto p = static_cast<std::size_t>(v >> 32);
+      ASSERT_LT(p, next.size());
+      EXPECT_EQ(v & 0xffffffffu, next[p]) << "producer " << p << " out of order";
+      next[p] = (v & 0xffffffffu) + 1;
+      ++received;
+    }, never);
   }
   for (auto& t : threads) {
     t.join();

@@ -31,9 +31,7 @@ struct msg {
 
 // The producer's half of check-before-park: an eventfd write only if the peer
 // announced a sleep.
-std::uint64_t wake_peer(parker& p) {
-  return p.wake() ? 1 : 0;
-}
+std::uint64_t wake_peer(parker& p) { return p.wake() ? 1 : 0; }
 
 // Sleeps on `p` unless `ring` has work; counts sleeps that ended by the
 // safety timeout while work was waiting (a lost wakeup).
@@ -116,8 +114,7 @@ std::uint64_t busy_work(std::uint64_t x, int rounds) {
 // flight, staging at most `per_pass` per pass of its loop; B does `work`
 // rounds per message. Both sides publish once per pass and park with
 // check-before-park.
-pingpong_result ping_pong(std::uint64_t total, std::uint64_t window, std::uint64_t per_pass,
-                          int work) {
+pingpong_result ping_pong(std::uint64_t total, std::uint64_t window, std::uint64_t per_pass, int work) {
   ordered_ring<msg> a_to_b;
   ordered_ring<msg> b_to_a;
   parker a_parker;
@@ -195,11 +192,9 @@ TEST(ring, BusyPingPongWakesFarLessThanOncePerMessage) {
   EXPECT_EQ(r.lost, 0u);
   const double per_message = static_cast<double>(r.wakeups) / static_cast<double>(r.messages);
   std::printf("busy ping-pong: %llu messages, %llu wakeups (%.4f per message), %llu parks\n",
-              static_cast<unsigned long long>(r.messages),
-              static_cast<unsigned long long>(r.wakeups), per_message,
+              static_cast<unsigned long long>(r.messages), static_cast<unsigned long long>(r.wakeups), per_message,
               static_cast<unsigned long long>(r.parks));
-  EXPECT_LT(per_message, 0.1)
-      << "check-before-park should make wakeups rare while both sides are busy";
+  EXPECT_LT(per_message, 0.1) << "check-before-park should make wakeups rare while both sides are busy";
 }
 
 }  // namespace

@@ -15,20 +15,20 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <functional>
+#include <thread>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 namespace cadeloop::test {
 
 /// One parsed response.
 struct http_response {
-  bool ok = false;  ///< a complete response was read
+  bool ok = false;       ///< a complete response was read
   int status = 0;
   std::string status_line;
   std::map<std::string, std::string> headers;  ///< names lower-cased
@@ -106,8 +106,7 @@ class test_client {
   void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
 
   /// Reads one response (`head_request`: no body follows the head).
-  http_response read_response(bool head_request = false,
-                              std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
+  http_response read_response(bool head_request = false, std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
     http_response r;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::size_t end = std::string::npos;
@@ -126,8 +125,7 @@ class test_client {
     while (line_end != std::string::npos) {
       const std::size_t start = line_end + 2;
       line_end = head.find("\r\n", start);
-      const std::string line =
-          head.substr(start, line_end == std::string::npos ? std::string::npos : line_end - start);
+      const std::string line = head.substr(start, line_end == std::string::npos ? std::string::npos : line_end - start);
       const std::size_t colon = line.find(':');
       if (colon == std::string::npos) {
         continue;
@@ -241,8 +239,7 @@ class test_client {
  private:
   bool wait_readable(std::chrono::steady_clock::time_point deadline) {
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {
         return false;
       }

@@ -36,8 +36,7 @@ void check(const http::encode_status& s) {
 test_encoder::test_encoder() : impl_{std::make_unique<impl>()} {}
 test_encoder::~test_encoder() = default;
 
-bool test_encoder::full(const request_ctx& ctx, unsigned status, std::string_view body,
-                        std::string& out) {
+bool test_encoder::full(const request_ctx& ctx, unsigned status, std::string_view body, std::string& out) {
   impl_->encoder.start(context_of(ctx));
   http::response_head head;
   head.status = status;
@@ -53,8 +52,7 @@ void test_encoder::continue_line(const request_ctx& ctx, std::string& out) {
   check(impl_->encoder.write_continue(out));
 }
 
-void test_encoder::start_sized(const request_ctx& ctx, unsigned status, std::uint64_t length,
-                               std::string& out) {
+void test_encoder::start_sized(const request_ctx& ctx, unsigned status, std::uint64_t length, std::string& out) {
   impl_->encoder.start(context_of(ctx));
   http::response_head head;
   head.status = status;
@@ -62,9 +60,7 @@ void test_encoder::start_sized(const request_ctx& ctx, unsigned status, std::uin
   check(impl_->encoder.write_head(head, out));
 }
 
-void test_encoder::part(std::string_view bytes, std::string& out) {
-  check(impl_->encoder.write_body(bytes, out));
-}
+void test_encoder::part(std::string_view bytes, std::string& out) { check(impl_->encoder.write_body(bytes, out)); }
 
 bool test_encoder::finish(std::string& out) {
   check(impl_->encoder.finish({}, out));

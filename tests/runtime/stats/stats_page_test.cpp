@@ -39,10 +39,10 @@ using cadeloop::runtime::pair_stats_page;
 using cadeloop::runtime::pair_stats_snapshot;
 using cadeloop::runtime::snapshot;
 using cadeloop::runtime::stats_region;
-using cadeloop::test::eventually;
 using cadeloop::test::fake_app;
 using cadeloop::test::get_request;
 using cadeloop::test::http_response;
+using cadeloop::test::eventually;
 using cadeloop::test::test_client;
 
 // The exact q quantile of sorted values, by the same rank rule (ceil(q*n)).
