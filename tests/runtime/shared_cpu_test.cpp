@@ -133,11 +133,14 @@ TEST_F(shared_cpu, OneConnectionIsServedInOrderWithoutWakingTheApp) {
   one_connection(total);
   const auto s = pair->stats();
   EXPECT_EQ(s.requests, static_cast<std::uint64_t>(total));
-  std::printf("shared CPU, yield on: %llu requests, %llu wakeups to the app, %llu to the I/O thread, "
-              "%llu app parks, %llu I/O yield windows (%llu found work)\n",
-              static_cast<unsigned long long>(s.requests), static_cast<unsigned long long>(s.wakeups_to_app),
-              static_cast<unsigned long long>(s.wakeups_to_io), static_cast<unsigned long long>(s.app_parks),
-              static_cast<unsigned long long>(s.spins), static_cast<unsigned long long>(s.spin_hits));
+  std::printf(
+      "shared CPU, yield on: %llu requests, %llu wakeups to the app, %llu to the I/O thread, "
+      "%llu app parks, %llu I/O yield windows (%llu found work)\n",
+      static_cast<unsigned long long>(s.requests),
+      static_cast<unsigned long long>(s.wakeups_to_app),
+      static_cast<unsigned long long>(s.wakeups_to_io),
+      static_cast<unsigned long long>(s.app_parks), static_cast<unsigned long long>(s.spins),
+      static_cast<unsigned long long>(s.spin_hits));
   // Without the window the I/O thread writes the parked app's eventfd for
   // each request (the next test); with it, the app is awake when requests come.
   EXPECT_LT(s.wakeups_to_app, s.requests / 2);
