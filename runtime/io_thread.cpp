@@ -153,7 +153,9 @@ void io_thread::loop() {
     ch_.page.io_loop.passes.add();
 
     if (done == 0 && !server_->has_dirty()) {
+      ch_.io_idle.store(true, std::memory_order_relaxed);
       park();
+      ch_.io_idle.store(false, std::memory_order_relaxed);
     }
   }
 

@@ -1,10 +1,10 @@
 """The pair's shared-CPU yield window (`--shared-cpu-yield-us`) with the whole server confined to one CPU.
 
-There the I/O thread and the app thread each give the CPU to the other before they sleep, for as long as the
-other is awake (runtime/include/cadeloop/runtime/shared_cpu.hpp), so a request reaches the app without the
-I/O thread writing its eventfd. A client must see exactly what it sees without it: every answer right and in
-order on one connection, on 64 at once, pipelined; the counters show the path was taken (the I/O thread's
-wake-ups of the app per request fall).
+There the I/O thread and the app thread each give the CPU to the other before they sleep while the other is
+busy (runtime/include/cadeloop/runtime/shared_cpu.hpp), so an answer reaches the I/O thread without the app
+writing its eventfd. A client must see exactly what it sees without it: every answer right and in order on
+one connection, on 64 at once, pipelined; the counters show the path was taken (the app's wake-ups of the
+I/O thread per request fall, the I/O thread's windows find the answers).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def totals(stats: Path) -> dict[str, int]:
     return doc
 
 
-def test_one_connection_in_order_and_the_app_is_not_woken(tmp_path: Path) -> None:
+def test_one_connection_in_order_and_answers_are_taken_without_a_wake(tmp_path: Path) -> None:
     # A long window (20 ms): the client shares a busy machine; the window ends as soon as the peer sleeps.
     srv, stats = one_cpu_server(tmp_path, "20000")
     try:
@@ -58,12 +58,12 @@ def test_one_connection_in_order_and_the_app_is_not_woken(tmp_path: Path) -> Non
         assert srv.stop() == 0
     t = totals(stats)
     assert t["requests"] == 300
-    assert t["wakeups_to_app"] < t["requests"] / 4, t
-    assert t["spin_hits"] > 0, t
+    assert t["wakeups_to_io"] < t["requests"] / 2, t
+    assert t["spin_hits"] > t["requests"] / 2, t
 
 
-def test_without_the_window_each_request_wakes_the_app(tmp_path: Path) -> None:
-    # The control: the same server with the window at 0 (the default) parks and is woken per request.
+def test_without_the_window_the_pair_parks_and_wakes(tmp_path: Path) -> None:
+    # The control: the same server with the window at 0 parks and is woken per request.
     srv, stats = one_cpu_server(tmp_path, "0")
     try:
         one_connection(srv.port, 100)
@@ -71,7 +71,7 @@ def test_without_the_window_each_request_wakes_the_app(tmp_path: Path) -> None:
         assert srv.stop() == 0
     t = totals(stats)
     assert t["requests"] == 100
-    assert t["wakeups_to_app"] >= t["requests"] / 2, t
+    assert t["wakeups_to_app"] + t["wakeups_to_io"] >= t["requests"], t
     assert t["spins"] == 0, t
 
 

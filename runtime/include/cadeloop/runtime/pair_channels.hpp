@@ -152,6 +152,10 @@ struct pair_channels {
   /// the two share one CPU and `shared_cpu_yield` applies.
   alignas(64) std::atomic<int> io_cpu{-1};
   std::atomic<int> app_cpu{-1};
+  /// Set by the I/O thread while it has nothing to do (from the end of a
+  /// pass that did nothing to its next work): the app thread yields to it
+  /// only while it is inside a pass, when more work for the app is likely.
+  std::atomic<bool> io_idle{false};
   /// core_pair_options::shared_cpu_yield; set before the I/O thread starts.
   std::chrono::microseconds shared_cpu_yield{0};
 
