@@ -174,9 +174,10 @@ void io_thread::loop() {
 void io_thread::park() {
   io_loop_counters& ctr = ch_.page.io_loop;
   if (ch_.shared_cpu_yield.count() > 0 && ch_.share_one_cpu()) {
-    // The app thread shares this CPU: while it is awake, yield to it and keep
-    // serving the sockets, so its answer is taken without it writing our
-    // eventfd and the next request reaches it without a write to its own.
+    // The app thread shares this CPU: while it is awake (its answer is
+    // coming), yield to it and keep serving the sockets, so the answer is
+    // taken without it writing our eventfd. io_idle is set meanwhile: the app
+    // parks rather than yield back (see app_side::try_park).
     const auto outcome = yield_.run(
         ch_.shared_cpu_yield,
         [this] {
