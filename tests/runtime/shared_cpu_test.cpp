@@ -196,6 +196,9 @@ TEST_F(shared_cpu, OneConnectionIsServedInOrderAndAnswersAreTakenWithoutAWake) {
   // awake; without it (the next test) the two park and wake each other.
   EXPECT_LT(s.wakeups_to_io, s.requests / 2);
   EXPECT_GT(s.spin_hits, s.requests / 2);
+  // The app does not yield back to an idle I/O thread through the client's
+  // think time (both would only hand the CPU to each other): it parks.
+  EXPECT_GE(s.app_parks, s.requests / 2);
 }
 
 TEST_F(shared_cpu, ThreadsOnSeveralCpusDoNotYield) {
