@@ -173,7 +173,9 @@ void io_thread::loop() {
 
 void io_thread::park() {
   io_loop_counters& ctr = ch_.page.io_loop;
-  if (ch_.shared_cpu_yield.count() > 0 && ch_.share_one_cpu()) {
+  // An explicit io_spin_us keeps its own spin (below); the shared-CPU
+  // window is the I/O side's default when the pair shares one CPU.
+  if (options_.spin.count() == 0 && ch_.shared_cpu_yield.count() > 0 && ch_.share_one_cpu()) {
     // The app thread shares this CPU: while it is awake (its answer is
     // coming), yield to it and keep serving the sockets, so the answer is
     // taken without it writing our eventfd. io_idle is set meanwhile: the app

@@ -123,7 +123,8 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
             str(ROOT / ".venv/bin/python"),
         ),
         # Both threads of the pair yielding to each other before they sleep when they share one CPU
-        # (shared_cpu_yield_us; CADELOOP_BENCH_YIELD_US sets the window, default 50 µs).
+        # (shared_cpu_yield_us, on by default since 2026-12-01; CADELOOP_BENCH_YIELD_US sets the window,
+        # default 50 µs). cadeloop-noyield below is the same build with it off.
         "cadeloop-yield": Server(
             f"cadeloop, shared-CPU yield {os.environ.get('CADELOOP_BENCH_YIELD_US', '50')} µs",
             [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
@@ -131,7 +132,7 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
              os.environ.get("CADELOOP_BENCH_YIELD_US", "50")],
             str(ROOT / ".venv/bin/python"),
         ),
-        # The same with the policy off, for A/B rounds in one build once it is the default.
+        # The same with the window off, for A/B rounds in one build.
         "cadeloop-noyield": Server(
             "cadeloop, shared-CPU yield off",
             [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",

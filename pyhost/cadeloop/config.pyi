@@ -156,7 +156,7 @@ class Config:
         stats_allowed_hosts: str | None = None,
         io_spin_us: int = 0,
         spin_us: int = 0,
-        shared_cpu_yield_us: int = 0,
+        shared_cpu_yield_us: int = 50,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
         ssl_keyfile_password: str | None = None,

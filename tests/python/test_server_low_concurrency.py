@@ -21,10 +21,11 @@ from pathlib import Path
 from server_harness import ServerProcess, read_response
 
 
-def one_cpu_server(tmp_path: Path, window_us: str) -> tuple[ServerProcess, Path]:
+def one_cpu_server(tmp_path: Path, window_us: str | None) -> tuple[ServerProcess, Path]:
+    """The server confined to one CPU; window_us None: the setting left at its default."""
     stats = tmp_path / f"stats-{window_us}.json"
-    srv = ServerProcess("raw_app:app", "--cores", "1", "--shared-cpu-yield-us", window_us,
-                        "--stats-json-on-exit", str(stats), tmp=tmp_path)
+    flags = [] if window_us is None else ["--shared-cpu-yield-us", window_us]
+    srv = ServerProcess("raw_app:app", "--cores", "1", *flags, "--stats-json-on-exit", str(stats), tmp=tmp_path)
     cpu = min(os.sched_getaffinity(0))
     srv.argv = ["taskset", "-c", str(cpu), *srv.argv]
     return srv.start(), stats
@@ -60,6 +61,17 @@ def test_one_connection_in_order_and_answers_are_taken_without_a_wake(tmp_path: 
     assert t["requests"] == 300
     assert t["wakeups_to_io"] < t["requests"] / 2, t
     assert t["spin_hits"] > t["requests"] / 2, t
+
+
+def test_the_window_is_on_by_default_when_the_pair_shares_one_cpu(tmp_path: Path) -> None:
+    srv, stats = one_cpu_server(tmp_path, None)
+    try:
+        one_connection(srv.port, 100)
+    finally:
+        assert srv.stop() == 0
+    t = totals(stats)
+    assert t["requests"] == 100
+    assert t["spins"] > 0 and t["wakeups_to_io"] < t["requests"] / 2, t
 
 
 def test_without_the_window_the_pair_parks_and_wakes(tmp_path: Path) -> None:

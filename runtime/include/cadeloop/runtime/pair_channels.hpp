@@ -133,7 +133,7 @@ struct core_pair_options {
   /// When the pair's two threads are confined to the same single CPU: how
   /// long each yields the CPU to the other and re-checks for work before it
   /// parks (runtime/include/cadeloop/runtime/shared_cpu.hpp). 0: park at once.
-  std::chrono::microseconds shared_cpu_yield{0};
+  std::chrono::microseconds shared_cpu_yield{50};
 };
 
 /// The state both threads of a pair share: the two rings, the two parkers
