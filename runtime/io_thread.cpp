@@ -4,6 +4,7 @@
 #include "io_thread.hpp"
 #include "cadeloop/runtime/cpu_relax.hpp"
 #include "cadeloop/runtime/server_log.hpp"
+#include "cadeloop/runtime/shared_cpu.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 
@@ -113,6 +114,7 @@ void io_thread::loop() {
     server_->add_listener(std::move(listener_));
   }
   arm_wake_wait();
+  ch_.io_cpu.store(sole_cpu(), std::memory_order_relaxed);
   ch_.page.set_state(pair_state::serving);
   arm_watchdog();
   bool draining = false;
@@ -151,7 +153,9 @@ void io_thread::loop() {
     ch_.page.io_loop.passes.add();
 
     if (done == 0 && !server_->has_dirty()) {
+      ch_.io_idle.store(true, std::memory_order_relaxed);
       park();
+      ch_.io_idle.store(false, std::memory_order_relaxed);
     }
   }
 
@@ -169,7 +173,28 @@ void io_thread::loop() {
 
 void io_thread::park() {
   io_loop_counters& ctr = ch_.page.io_loop;
-  if (options_.spin.count() > 0) {
+  // An explicit io_spin_us keeps its own spin (below); the shared-CPU
+  // window is the I/O side's default when the pair shares one CPU.
+  if (options_.spin.count() == 0 && ch_.shared_cpu_yield.count() > 0 && ch_.share_one_cpu()) {
+    // The app thread shares this CPU: while it is awake (its answer is
+    // coming), yield to it and keep serving the sockets, so the answer is
+    // taken without it writing our eventfd. io_idle is set meanwhile: the app
+    // parks rather than yield back (see app_side::try_park).
+    const auto outcome = yield_.run(
+        ch_.shared_cpu_yield,
+        [this] {
+          return ch_.outbound.has_pending() || ch_.stop_requested.load(std::memory_order_seq_cst) ||
+                 io_.poll() > 0;
+        },
+        [this] { return ch_.app_parker.parked(); });
+    if (outcome != shared_cpu_yield::outcome::skipped) {
+      ctr.spins.add();
+    }
+    if (outcome == shared_cpu_yield::outcome::found) {
+      ctr.spin_hits.add();
+      return;  // the next pass runs after_wake_handlers() if a poll ran the wake handler
+    }
+  } else if (options_.spin.count() > 0) {
     ctr.spins.add();
     const auto until = clock_type::now() + options_.spin;
     bool hit = false;

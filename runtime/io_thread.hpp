@@ -3,6 +3,7 @@
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
 #include <cadeloop/runtime/pair_channels.hpp>
+#include <cadeloop/runtime/shared_cpu.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -95,6 +96,7 @@ class io_thread final : public net::event_sink {
   bool draining_ = false;
   bool wake_armed_ = false;
   bool wake_fired_ = false;
+  shared_cpu_yield yield_;  // the window before a park when the app shares our CPU
   std::thread thread_;
 };
 

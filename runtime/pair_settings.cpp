@@ -178,6 +178,7 @@ void each_binding(Settings& s, Bind&& bind) {
   bind(setting_id::grace, "pair.grace", s.pair.grace);
   bind(setting_id::io_spin_us, "pair.spin", s.pair.spin);
   bind(setting_id::stuck_timeout, "pair.stuck_timeout", s.pair.stuck_timeout);
+  bind(setting_id::shared_cpu_yield_us, "pair.shared_cpu_yield", s.pair.shared_cpu_yield);
 }
 
 /// A whole-number setting's value in a field of type T. The table's bounds

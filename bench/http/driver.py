@@ -119,6 +119,23 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
              "--stats-json-on-exit", str(STATS_FILE), "--io-spin-us", os.environ.get("CADELOOP_BENCH_IO_SPIN_US", "50")],
             str(ROOT / ".venv/bin/python"),
         ),
+        # Both threads of the pair yielding to each other before they sleep when they share one CPU
+        # (shared_cpu_yield_us, on by default since 2026-12-01; CADELOOP_BENCH_YIELD_US sets the window,
+        # default 50 µs). cadeloop-noyield below is the same build with it off.
+        "cadeloop-yield": Server(
+            f"cadeloop, shared-CPU yield {os.environ.get('CADELOOP_BENCH_YIELD_US', '50')} µs",
+            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE), "--shared-cpu-yield-us",
+             os.environ.get("CADELOOP_BENCH_YIELD_US", "50")],
+            str(ROOT / ".venv/bin/python"),
+        ),
+        # The same with the window off, for A/B rounds in one build.
+        "cadeloop-noyield": Server(
+            "cadeloop, shared-CPU yield off",
+            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE), "--shared-cpu-yield-us", "0"],
+            str(ROOT / ".venv/bin/python"),
+        ),
         "uvicorn": Server(
             "uvicorn (httptools+uvloop)",
             [str(peer("uvicorn") / "python"), "-m", "uvicorn", "app:app", "--host", host, "--port", str(port),

@@ -79,6 +79,7 @@ class Config:
     stats_allowed_hosts: str | None  # comma-separated host names the stats endpoint answers (the Host header, port ignored); another Host gets 421, against DNS rebinding
     io_spin_us: int  # how long the I/O thread spins before it sleeps
     spin_us: int  # how long the app loop spins before it sleeps
+    shared_cpu_yield_us: int  # when a pair's I/O and app threads are confined to the same single CPU: how long each yields the CPU to the other (while it is awake) and re-checks for work before it sleeps; 0: sleep at once
     ssl_certfile: str | None  # PEM certificate (chain) of the server; set, every connection is TLS (HTTPS, WSS)
     ssl_keyfile: str | None  # PEM private key of the certificate
     ssl_keyfile_password: str | None  # password of an encrypted ssl_keyfile
@@ -155,6 +156,7 @@ class Config:
         stats_allowed_hosts: str | None = None,
         io_spin_us: int = 0,
         spin_us: int = 0,
+        shared_cpu_yield_us: int = 50,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
         ssl_keyfile_password: str | None = None,

@@ -10,6 +10,7 @@
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
 #include <cadeloop/runtime/pair_channels.hpp>
+#include <cadeloop/runtime/shared_cpu.hpp>
 #include <cadeloop/runtime/stats/stats_page.hpp>
 
 #include <cadeloop/http/request.hpp>
@@ -176,6 +177,9 @@ class app_side {
   /// The eventfd to watch while sleeping (readable after a wake). Any thread.
   [[nodiscard]] int parker_fd() const noexcept { return ch_.app_parker.fd(); }
   /// Announces a sleep and re-checks the ring (and the I/O thread's end).
+  /// When the pair's threads share one CPU and `shared_cpu_yield` is set, it
+  /// first yields the CPU to the awake I/O thread for up to that long,
+  /// returning false as soon as a message is published.
   /// True: sleep now, then call unpark(). False: work arrived, don't sleep.
   /// App thread.
   bool try_park() noexcept;
@@ -208,6 +212,10 @@ class app_side {
   void stage(const outbound_command& cmd);
 
   pair_channels& ch_;
+  // The shared-CPU yield window before a park (try_park); cpu_known_: this
+  // thread's CPU was written to ch_.app_cpu.
+  shared_cpu_yield yield_;
+  bool cpu_known_ = false;
 };
 
 // =============================================================== core pair

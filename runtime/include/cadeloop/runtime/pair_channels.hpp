@@ -131,6 +131,10 @@ struct core_pair_options {
   /// When >= 0, the I/O thread writes one byte here each time it marks the
   /// pair stuck (the app side logs the app thread's Python stack). Not owned.
   int stuck_notify_fd = -1;
+  /// When the pair's two threads are confined to the same single CPU: how
+  /// long each yields the CPU to the other and re-checks for work before it
+  /// parks (runtime/include/cadeloop/runtime/shared_cpu.hpp). 0: park at once.
+  std::chrono::microseconds shared_cpu_yield{50};
 };
 
 /// The state both threads of a pair share: the two rings, the two parkers
@@ -144,6 +148,23 @@ struct pair_channels {
   pair_stats_page& page;
   alignas(64) std::atomic<bool> stop_requested{false};  ///< control thread -> I/O thread
   alignas(64) std::atomic<bool> io_stopped{false};      ///< I/O thread -> app thread
+  /// The single CPU each thread is confined to (-1: more than one, or not
+  /// known yet), each written by its own thread when it starts; equal and >= 0:
+  /// the two share one CPU and `shared_cpu_yield` applies.
+  alignas(64) std::atomic<int> io_cpu{-1};
+  std::atomic<int> app_cpu{-1};
+  /// Set by the I/O thread while it has nothing to do (from the end of a
+  /// pass that did nothing to its next work): the app thread yields to it
+  /// only while it is inside a pass, when more work for the app is likely.
+  std::atomic<bool> io_idle{false};
+  /// core_pair_options::shared_cpu_yield; set before the I/O thread starts.
+  std::chrono::microseconds shared_cpu_yield{0};
+
+  /// Whether both threads are confined to the same one CPU. Any thread.
+  [[nodiscard]] bool share_one_cpu() const noexcept {
+    const int io = io_cpu.load(std::memory_order_relaxed);
+    return io >= 0 && io == app_cpu.load(std::memory_order_relaxed);
+  }
 
   pair_channels(std::size_t capacity, pair_stats_page& stats)
       : inbound{capacity}, outbound{capacity}, page{stats} {}
