@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import warnings
-from asyncio import base_events, constants, events, format_helpers, protocols, selector_events, trsock
+from asyncio import base_events, constants, events, format_helpers, protocols, selector_events, transports, trsock
 from asyncio.log import logger
 from typing import Any, Coroutine, Iterator, Mapping, TypeVar
 
@@ -305,6 +305,114 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
             self._empty_waiter.set_exception(exc)
 
 
+# --- transports of accepted connections (the C++ accept loop's fast constructor) ----
+
+# 3.13's Server._attach(transport) (close_clients), 3.11's Server._attach().
+_ATTACH_TAKES_TRANSPORT = base_events.Server._attach.__code__.co_argcount == 2
+# 3.13's transport picks its _write_ready in __init__; 3.11's is a method.
+_INIT_SETS_WRITE_READY = "_write_sendmsg" in selector_events._SelectorSocketTransport.__init__.__code__.co_names
+
+
+def _accepted_init_chain() -> tuple[Any, ...]:
+    """asyncio's code that _SocketTransport(...) runs and accepted_transport_factory
+    does in one pass; if any of it is replaced (a patched asyncio), servers make
+    their transports with the ordinary constructor."""
+    return (
+        selector_events._SelectorSocketTransport.__init__,
+        selector_events._SelectorTransport.__init__,
+        transports._FlowControlMixin.__init__,
+        transports.BaseTransport.__init__,
+        transports._FlowControlMixin._set_write_buffer_limits,
+        base_events._set_nodelay,
+        trsock.TransportSocket,
+    )
+
+
+_ACCEPTED_INIT_CHAIN = _accepted_init_chain()
+
+
+def accepted_transport_factory(listening: socket.socket) -> Any:
+    """The constructor of the transports of connections accepted on `listening`.
+
+    Called as _SocketTransport(loop, sock, protocol, None, {"peername": ...},
+    server) is, it leaves the same transport: the same extra info (socket,
+    sockname, peername from accept()), attributes, server._attach, entry in
+    loop._transports, TCP_NODELAY, and the same two callbacks scheduled
+    (connection_made, then the start of reading, which is what asyncio's
+    _add_reader callback does), without asyncio's chain of Python __init__
+    calls. Falls back to that chain if asyncio's code was replaced.
+    """
+    if _accepted_init_chain() != _ACCEPTED_INIT_CHAIN or type(listening) is not socket.socket:
+        return _SocketTransport
+    # asyncio's _set_nodelay looks at the accepted socket, whose family, type and
+    # proto are the listening socket's (the C++ accept loop makes it so).
+    nodelay = (listening.family in {socket.AF_INET, socket.AF_INET6} and listening.type == socket.SOCK_STREAM
+               and listening.proto == socket.IPPROTO_TCP)
+    cls = _SocketTransport
+    new = object.__new__
+    set_extra = transports.BaseTransport._extra.__set__  # type: ignore[attr-defined]
+    set_loop = transports._FlowControlMixin._loop.__set__  # type: ignore[attr-defined]
+    transport_socket = trsock.TransportSocket
+    buffered = protocols.BufferedProtocol
+    attach_transport = _ATTACH_TAKES_TRANSPORT
+    write_ready = ("_write_sendmsg" if selector_events._HAS_SENDMSG else "_write_send") if _INIT_SETS_WRITE_READY else None
+    ipproto_tcp, tcp_nodelay = socket.IPPROTO_TCP, socket.TCP_NODELAY
+
+    def make(loop: Loop, sock: socket.socket, protocol: Any, waiter: Any, extra: dict[str, Any],
+             server: Any) -> _SocketTransport:
+        self = new(cls)
+        fd = sock.fileno()
+        core = loop._make_transport_core(self, fd)
+        try:
+            # BaseTransport/_FlowControlMixin: _extra, _loop; the core starts with
+            # asyncio's defaults (not paused, 64 KiB / 16 KiB water marks, not
+            # closing, no lost writes, no EOF, no empty waiter).
+            set_extra(self, extra)
+            set_loop(self, loop)
+            extra["socket"] = transport_socket(sock)
+            try:
+                extra["sockname"] = sock.getsockname()
+            except OSError:
+                extra["sockname"] = None
+            if "peername" not in extra:
+                try:
+                    extra["peername"] = sock.getpeername()
+                except OSError:
+                    extra["peername"] = None
+            d = self.__dict__
+            d["_core"] = core
+            d["write"] = core.write
+            d["writelines"] = core.writelines
+            is_buffered = isinstance(protocol, buffered)
+            d["_read_ready_cb"] = self._read_ready__get_buffer if is_buffered else self._read_ready__data_received
+            d["_sock"] = sock
+            d["_sock_fd"] = fd
+            d["_protocol"] = protocol
+            d["_protocol_connected"] = True
+            core.set_protocol(protocol, is_buffered)
+            d["_server"] = server
+            if server is not None:
+                if attach_transport:
+                    server._attach(self)
+                else:
+                    server._attach()
+            loop._transports[fd] = self
+            if write_ready is not None:
+                d["_write_ready"] = getattr(self, write_ready)
+            if nodelay:
+                sock.setsockopt(ipproto_tcp, tcp_nodelay, 1)
+            loop.call_soon(protocol.connection_made, self)
+            # asyncio's call_soon(self._add_reader, fd, self._read_ready): reading
+            # starts then unless connection_made closed or paused the transport.
+            loop.call_soon(core.start_reading)
+        except BaseException:
+            core.release()  # out of the loop's fd table; the caller closes the socket
+            raise
+        return self
+
+    return make
+
+
 # --- datagram transports (UDP) -----------------------------------------------------
 
 
@@ -487,7 +595,7 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
             super()._start_serving(protocol_factory, sock, sslcontext, server, backlog,
                                    ssl_handshake_timeout, ssl_shutdown_timeout)
             return
-        acceptor = _core.Acceptor(self, protocol_factory, sock, server, backlog, _SocketTransport,
+        acceptor = _core.Acceptor(self, protocol_factory, sock, server, backlog, accepted_transport_factory(sock),
                                   socket.socket, sock.family, sock.type, sock.proto)
         self._add_reader(sock.fileno(), acceptor)
 

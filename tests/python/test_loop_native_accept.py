@@ -435,3 +435,110 @@ def test_accept_and_unix_datagram_reads_do_not_run_asyncio_python(monkeypatch: p
         replies, _ = runner.run(through_native_paths(calls, 0.3))
     assert replies == [None] * 4
     assert "asyncio's Python code ran" in calls
+
+
+# --- the accepted transport: what its protocol can see (the fast constructor) --------
+
+
+class Observer(asyncio.Protocol):
+    """Records what an accepted transport shows its protocol, and when."""
+
+    def __init__(self, log: list[Any], index: int, peers: dict[Any, Any], how: str) -> None:
+        self.log = log
+        self.index = index
+        self.peers = peers
+        self.how = how
+        self.transport: Any = None
+        asyncio.get_running_loop().call_soon(self.look, "soon after factory")
+
+    def look(self, when: str) -> None:
+        t = self.transport
+        if t is None:
+            self.log.append((self.index, when, "no transport yet"))
+            return
+        self.log.append((self.index, when, t.is_reading(), t.is_closing(), t.get_write_buffer_size()))
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        peer = transport.get_extra_info("peername")
+        client = self.peers.get(peer if not isinstance(peer, tuple) else peer[:2])
+        nodelay = (sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                   if sock.family != socket.AF_UNIX else None)
+        self.log.append((self.index, "connection_made", var.get(),
+                         client is not None,
+                         client is not None and transport.get_extra_info("sockname") == client.getpeername(),
+                         type(sock).__name__, sock.fileno() == transport._sock_fd, sock.gettimeout(),
+                         nodelay, transport.get_write_buffer_limits(), transport.get_protocol() is self,
+                         transport.is_reading(), transport.is_closing(), transport.get_extra_info("nothing", 7),
+                         sorted(k for k in ("socket", "sockname", "peername") if transport.get_extra_info(k) is not None)))
+        asyncio.get_running_loop().call_soon(self.look, "soon after connection_made")
+        if self.how == "pause":
+            transport.pause_reading()
+            asyncio.get_running_loop().call_later(0.05, transport.resume_reading)
+        elif self.how == "close":
+            transport.close()
+        elif self.how == "write":
+            transport.write(b"hello%d" % self.index)
+
+    def data_received(self, data: bytes) -> None:
+        self.log.append((self.index, "data_received", data))
+
+    def eof_received(self) -> None:
+        self.log.append((self.index, "eof_received"))
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.log.append((self.index, "connection_lost", type(exc).__name__, self.transport.get_extra_info("peername") is not None))
+
+
+def accepted_transport_scenario(family: int, how: str) -> Scenario:
+    async def scenario(out: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        peers: dict[Any, Any] = {}
+        made = [0]
+
+        def factory() -> Observer:
+            made[0] += 1
+            return Observer(out, made[0], peers, how)
+
+        var.set("server")
+        with tempfile.TemporaryDirectory() as tmp:
+            if family == socket.AF_UNIX:
+                address: Any = os.path.join(tmp, "s")
+                server = await loop.create_unix_server(factory, address)
+            else:
+                server = await loop.create_server(factory, "127.0.0.1", 0)
+                address = server.sockets[0].getsockname()
+            clients = []
+            for _ in range(3):
+                c = socket.socket(family, socket.SOCK_STREAM)
+                c.connect(address)
+                c.sendall(b"hi")
+                peers[c.getsockname()[:2] if family != socket.AF_UNIX else ""] = c
+                clients.append(c)
+            await asyncio.sleep(0.2)
+            for i, c in enumerate(clients):
+                c.settimeout(5)
+                if how == "write":
+                    out.append(("client got", i, c.recv(100)))
+                try:
+                    c.shutdown(socket.SHUT_WR)
+                except OSError as exc:  # a Unix peer the server closed
+                    out.append(("client shutdown", i, type(exc).__name__))
+            await asyncio.sleep(0.1)
+            if hasattr(server, "close_clients"):
+                server.close_clients()  # 3.13: the transports server._attach recorded
+            for c in clients:
+                c.close()
+            server.close()
+            await asyncio.wait_for(server.wait_closed(), 10)
+            out.append(("closed", server.is_serving()))
+
+    return scenario
+
+
+@pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_UNIX])
+@pytest.mark.parametrize("how", ["plain", "pause", "close", "write"])
+def test_accepted_transport_extra_info_and_callback_order_as_asyncio(family: int, how: str) -> None:
+    got = assert_same_as_asyncio(accepted_transport_scenario(family, how))
+    assert sum(1 for e in got if e[1] == "connection_made") == 3
