@@ -137,6 +137,19 @@ class _SelectorView(selectors.BaseSelector):
 # --- socket transports -------------------------------------------------------------
 
 
+# 3.13's Server._attach(transport) (close_clients), 3.11's Server._attach().
+_ATTACH_TAKES_TRANSPORT = base_events.Server._attach.__code__.co_argcount == 2
+# 3.13's transport picks its _write_ready in __init__; 3.11's is a method.
+_INIT_SETS_WRITE_READY = "_write_sendmsg" in selector_events._SelectorSocketTransport.__init__.__code__.co_names
+# asyncio's _call_connection_lost chain (of this Python), which _SocketTransport's does in one frame.
+_CONNECTION_LOST_IS_ASYNCIOS = (
+    selector_events._SelectorSocketTransport._call_connection_lost.__code__.co_names
+    == ("super", "_call_connection_lost", "_empty_waiter", "set_exception", "ConnectionError")
+    and selector_events._SelectorTransport._call_connection_lost.__code__.co_names
+    == ("_protocol_connected", "_protocol", "connection_lost", "_sock", "close", "_loop", "_server", "_detach")
+)
+
+
 def _core_field(name: str, doc: str) -> property:
     def get(self: Any) -> Any:
         return getattr(self._core, name)
@@ -247,12 +260,20 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
             self._core.flush()
         super().abort()
 
+    def _fatal_error(self, exc: BaseException, message: str = "Fatal error on transport") -> None:
+        # asyncio's: an OSError (a reset, a broken pipe) is only logged in debug mode.
+        if isinstance(exc, OSError) and not self._loop.get_debug():
+            self._force_close(exc)
+        else:
+            super()._fatal_error(exc, message)
+
     def _force_close(self, exc: BaseException | None) -> None:
-        if self._conn_lost:
+        core = self._core
+        if core.conn_lost:
             return
-        self._core.discard()
-        self._closing = True
-        self._conn_lost += 1
+        core.discard()
+        core.closing = True
+        core.conn_lost += 1
         self._loop.call_soon(self._call_connection_lost, exc)
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
@@ -261,7 +282,29 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
         # fd number can be reused.
         core.unregister()
         try:
-            super()._call_connection_lost(exc)
+            if not _CONNECTION_LOST_IS_ASYNCIOS:
+                super()._call_connection_lost(exc)
+                return
+            # asyncio's _SelectorSocketTransport._call_connection_lost and
+            # _SelectorTransport._call_connection_lost, in one frame.
+            try:
+                if self._protocol_connected:
+                    self._protocol.connection_lost(exc)
+            finally:
+                self._sock.close()
+                self._sock = None
+                self._protocol = None
+                self._loop = None
+                server = self._server
+                if server is not None:
+                    if _ATTACH_TAKES_TRANSPORT:
+                        server._detach(self)
+                    else:
+                        server._detach()
+                    self._server = None
+            waiter = core.empty_waiter
+            if waiter is not None:
+                waiter.set_exception(ConnectionError("Connection is closed by peer"))
         finally:
             core.release()
 
@@ -306,12 +349,6 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
 
 
 # --- transports of accepted connections (the C++ accept loop's fast constructor) ----
-
-# 3.13's Server._attach(transport) (close_clients), 3.11's Server._attach().
-_ATTACH_TAKES_TRANSPORT = base_events.Server._attach.__code__.co_argcount == 2
-# 3.13's transport picks its _write_ready in __init__; 3.11's is a method.
-_INIT_SETS_WRITE_READY = "_write_sendmsg" in selector_events._SelectorSocketTransport.__init__.__code__.co_names
-
 
 def _accepted_init_chain() -> tuple[Any, ...]:
     """asyncio's code that _SocketTransport(...) runs and accepted_transport_factory

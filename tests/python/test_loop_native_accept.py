@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -519,6 +520,10 @@ def accepted_transport_scenario(family: int, how: str) -> Scenario:
             await asyncio.sleep(0.2)
             for i, c in enumerate(clients):
                 c.settimeout(5)
+                if how == "reset":  # the server reads ECONNRESET: _fatal_error, connection_lost(exc)
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    c.close()
+                    continue
                 if how == "write":
                     out.append(("client got", i, c.recv(100)))
                 try:
@@ -538,7 +543,7 @@ def accepted_transport_scenario(family: int, how: str) -> Scenario:
 
 
 @pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_UNIX])
-@pytest.mark.parametrize("how", ["plain", "pause", "close", "write"])
+@pytest.mark.parametrize("how", ["plain", "pause", "close", "write", "reset"])
 def test_accepted_transport_extra_info_and_callback_order_as_asyncio(family: int, how: str) -> None:
     got = assert_same_as_asyncio(accepted_transport_scenario(family, how))
     assert sum(1 for e in got if e[1] == "connection_made") == 3
