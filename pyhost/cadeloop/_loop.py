@@ -394,6 +394,19 @@ def accepted_transport_factory(listening: socket.socket) -> Any:
     attach_transport = _ATTACH_TAKES_TRANSPORT
     write_ready = ("_write_sendmsg" if selector_events._HAS_SENDMSG else "_write_send") if _INIT_SETS_WRITE_READY else None
     ipproto_tcp, tcp_nodelay = socket.IPPROTO_TCP, socket.TCP_NODELAY
+    # An IPv4 listener bound to one address: every connection it accepts has
+    # that local address and port, so getsockname() would answer the
+    # listener's own (not so with a wildcard address, or IP_TRANSPARENT).
+    sockname = None
+    if listening.family == socket.AF_INET:
+        try:
+            bound = listening.getsockname()
+            transparent = listening.getsockopt(socket.SOL_IP, getattr(socket, "IP_TRANSPARENT", 19))
+        except OSError:
+            pass
+        else:
+            if bound[0] != "0.0.0.0" and bound[1] != 0 and not transparent:
+                sockname = bound
 
     def make(loop: Loop, sock: socket.socket, protocol: Any, waiter: Any, extra: dict[str, Any],
              server: Any) -> _SocketTransport:
@@ -407,10 +420,13 @@ def accepted_transport_factory(listening: socket.socket) -> Any:
             set_extra(self, extra)
             set_loop(self, loop)
             extra["socket"] = transport_socket(sock)
-            try:
-                extra["sockname"] = sock.getsockname()
-            except OSError:
-                extra["sockname"] = None
+            if sockname is not None:
+                extra["sockname"] = sockname
+            else:
+                try:
+                    extra["sockname"] = sock.getsockname()
+                except OSError:
+                    extra["sockname"] = None
             if "peername" not in extra:
                 try:
                     extra["peername"] = sock.getpeername()

@@ -492,7 +492,7 @@ class Observer(asyncio.Protocol):
         self.log.append((self.index, "connection_lost", type(exc).__name__, self.transport.get_extra_info("peername") is not None))
 
 
-def accepted_transport_scenario(family: int, how: str) -> Scenario:
+def accepted_transport_scenario(family: int, how: str, host: str = "127.0.0.1") -> Scenario:
     async def scenario(out: list[Any]) -> None:
         loop = asyncio.get_running_loop()
         peers: dict[Any, Any] = {}
@@ -508,8 +508,8 @@ def accepted_transport_scenario(family: int, how: str) -> Scenario:
                 address: Any = os.path.join(tmp, "s")
                 server = await loop.create_unix_server(factory, address)
             else:
-                server = await loop.create_server(factory, "127.0.0.1", 0)
-                address = server.sockets[0].getsockname()
+                server = await loop.create_server(factory, host, 0, family=family)
+                address = ("127.0.0.1", server.sockets[0].getsockname()[1])
             clients = []
             for _ in range(3):
                 c = socket.socket(family, socket.SOCK_STREAM)
@@ -547,3 +547,9 @@ def accepted_transport_scenario(family: int, how: str) -> Scenario:
 def test_accepted_transport_extra_info_and_callback_order_as_asyncio(family: int, how: str) -> None:
     got = assert_same_as_asyncio(accepted_transport_scenario(family, how))
     assert sum(1 for e in got if e[1] == "connection_made") == 3
+
+
+def test_accepted_transport_of_a_wildcard_listener_as_asyncio() -> None:
+    # sockname of each connection is its own local address, not the listener's 0.0.0.0
+    got = assert_same_as_asyncio(accepted_transport_scenario(socket.AF_INET, "plain", "0.0.0.0"))
+    assert sum(1 for e in got if e[1] == "connection_made" and e[4] is True) == 3
