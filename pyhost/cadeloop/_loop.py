@@ -351,9 +351,10 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
 # --- transports of accepted connections (the C++ accept loop's fast constructor) ----
 
 def _accepted_init_chain() -> tuple[Any, ...]:
-    """asyncio's code that _SocketTransport(...) runs and accepted_transport_factory
-    does in one pass; if any of it is replaced (a patched asyncio), servers make
-    their transports with the ordinary constructor."""
+    """asyncio's code that _SocketTransport(...) runs and the C++ accept loop's
+    one-pass constructor (accepted_transport_plan) does instead; if any of it
+    is replaced (a patched asyncio), servers make their transports with the
+    ordinary constructor."""
     return (
         selector_events._SelectorSocketTransport.__init__,
         selector_events._SelectorTransport.__init__,
@@ -368,32 +369,24 @@ def _accepted_init_chain() -> tuple[Any, ...]:
 _ACCEPTED_INIT_CHAIN = _accepted_init_chain()
 
 
-def accepted_transport_factory(listening: socket.socket) -> Any:
-    """The constructor of the transports of connections accepted on `listening`.
+def accepted_transport_plan(listening: socket.socket) -> tuple[Any, ...] | None:
+    """How the C++ accept loop makes the transports of connections accepted on `listening`.
 
-    Called as _SocketTransport(loop, sock, protocol, None, {"peername": ...},
-    server) is, it leaves the same transport: the same extra info (socket,
-    sockname, peername from accept()), attributes, server._attach, entry in
-    loop._transports, TCP_NODELAY, and the same two callbacks scheduled
-    (connection_made, then the start of reading, which is what asyncio's
-    _add_reader callback does), without asyncio's chain of Python __init__
-    calls. Falls back to that chain if asyncio's code was replaced.
+    `_core.Acceptor` makes each one as _SocketTransport(loop, sock, protocol,
+    None, {"peername": ...}, server) would, in one pass: the same extra info
+    (peername from accept4's address, socket, sockname), attributes,
+    server._attach, entry in loop._transports, TCP_NODELAY, and the same two
+    callbacks scheduled (connection_made, then the start of reading, which is
+    what asyncio's _add_reader callback does), without asyncio's chain of
+    Python __init__ calls. None (the ordinary constructor) if asyncio's code
+    was replaced.
     """
     if _accepted_init_chain() != _ACCEPTED_INIT_CHAIN or type(listening) is not socket.socket:
-        return _SocketTransport
+        return None
     # asyncio's _set_nodelay looks at the accepted socket, whose family, type and
     # proto are the listening socket's (the C++ accept loop makes it so).
     nodelay = (listening.family in {socket.AF_INET, socket.AF_INET6} and listening.type == socket.SOCK_STREAM
                and listening.proto == socket.IPPROTO_TCP)
-    cls = _SocketTransport
-    new = object.__new__
-    set_extra = transports.BaseTransport._extra.__set__  # type: ignore[attr-defined]
-    set_loop = transports._FlowControlMixin._loop.__set__  # type: ignore[attr-defined]
-    transport_socket = trsock.TransportSocket
-    buffered = protocols.BufferedProtocol
-    attach_transport = _ATTACH_TAKES_TRANSPORT
-    write_ready = ("_write_sendmsg" if selector_events._HAS_SENDMSG else "_write_send") if _INIT_SETS_WRITE_READY else None
-    ipproto_tcp, tcp_nodelay = socket.IPPROTO_TCP, socket.TCP_NODELAY
     # An IPv4 listener bound to one address: every connection it accepts has
     # that local address and port, so getsockname() would answer the
     # listener's own (not so with a wildcard address, or IP_TRANSPARENT).
@@ -407,63 +400,9 @@ def accepted_transport_factory(listening: socket.socket) -> Any:
         else:
             if bound[0] != "0.0.0.0" and bound[1] != 0 and not transparent:
                 sockname = bound
-
-    def make(loop: Loop, sock: socket.socket, protocol: Any, waiter: Any, extra: dict[str, Any],
-             server: Any) -> _SocketTransport:
-        self = new(cls)
-        fd = sock.fileno()
-        core = loop._make_transport_core(self, fd)
-        try:
-            # BaseTransport/_FlowControlMixin: _extra, _loop; the core starts with
-            # asyncio's defaults (not paused, 64 KiB / 16 KiB water marks, not
-            # closing, no lost writes, no EOF, no empty waiter).
-            set_extra(self, extra)
-            set_loop(self, loop)
-            extra["socket"] = transport_socket(sock)
-            if sockname is not None:
-                extra["sockname"] = sockname
-            else:
-                try:
-                    extra["sockname"] = sock.getsockname()
-                except OSError:
-                    extra["sockname"] = None
-            if "peername" not in extra:
-                try:
-                    extra["peername"] = sock.getpeername()
-                except OSError:
-                    extra["peername"] = None
-            d = self.__dict__
-            d["_core"] = core
-            d["write"] = core.write
-            d["writelines"] = core.writelines
-            is_buffered = isinstance(protocol, buffered)
-            d["_read_ready_cb"] = self._read_ready__get_buffer if is_buffered else self._read_ready__data_received
-            d["_sock"] = sock
-            d["_sock_fd"] = fd
-            d["_protocol"] = protocol
-            d["_protocol_connected"] = True
-            core.set_protocol(protocol, is_buffered)
-            d["_server"] = server
-            if server is not None:
-                if attach_transport:
-                    server._attach(self)
-                else:
-                    server._attach()
-            loop._transports[fd] = self
-            if write_ready is not None:
-                d["_write_ready"] = getattr(self, write_ready)
-            if nodelay:
-                sock.setsockopt(ipproto_tcp, tcp_nodelay, 1)
-            loop.call_soon(protocol.connection_made, self)
-            # asyncio's call_soon(self._add_reader, fd, self._read_ready): reading
-            # starts then unless connection_made closed or paused the transport.
-            loop.call_soon(core.start_reading)
-        except BaseException:
-            core.release()  # out of the loop's fd table; the caller closes the socket
-            raise
-        return self
-
-    return make
+    write_ready = ("_write_sendmsg" if selector_events._HAS_SENDMSG else "_write_send") if _INIT_SETS_WRITE_READY else None
+    return (_SocketTransport, trsock.TransportSocket, sockname, nodelay, _ATTACH_TAKES_TRANSPORT, write_ready,
+            protocols.BufferedProtocol)
 
 
 # --- datagram transports (UDP) -----------------------------------------------------
@@ -648,8 +587,8 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
             super()._start_serving(protocol_factory, sock, sslcontext, server, backlog,
                                    ssl_handshake_timeout, ssl_shutdown_timeout)
             return
-        acceptor = _core.Acceptor(self, protocol_factory, sock, server, backlog, accepted_transport_factory(sock),
-                                  socket.socket, sock.family, sock.type, sock.proto)
+        acceptor = _core.Acceptor(self, protocol_factory, sock, server, backlog, _SocketTransport,
+                                  socket.socket, sock.family, sock.type, sock.proto, accepted_transport_plan(sock))
         self._add_reader(sock.fileno(), acceptor)
 
     def _cadeloop_accepts_natively(self, sock: socket.socket) -> bool:

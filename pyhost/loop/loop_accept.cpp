@@ -30,6 +30,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -53,6 +54,8 @@ struct acceptor_object {
   PyObject* socket_type;       // socket.socket (strong)
   PyObject* connect;           // this acceptor's _connect, bound once (strong; a cycle)
   PyObject* str_peername;      // interned "peername" (strong)
+  PyObject* plan;              // the one-pass transport constructor's plan, or None (strong)
+  PyObject* names[24];         // interned attribute names of that constructor (strong)
   int family;
   int type;
   int proto;
@@ -103,6 +106,243 @@ PyObject* creation_failed(acceptor_object* a, PyObject* protocol, PyObject* tran
   return result;
 }
 
+// The plan (from _loop.accepted_transport_plan): (transport class,
+// TransportSocket, the listener's sockname or None, TCP_NODELAY?, does
+// Server._attach take the transport?, the name of the method asyncio's
+// __init__ binds as _write_ready or None, BufferedProtocol).
+enum plan_item : Py_ssize_t {
+  plan_class,
+  plan_transport_socket,
+  plan_sockname,
+  plan_nodelay,
+  plan_attach_transport,
+  plan_write_ready,
+  plan_buffered,
+  plan_size
+};
+
+enum name_item : std::size_t {
+  nm_make_core,
+  nm_write,
+  nm_writelines,
+  nm_read_get_buffer,
+  nm_read_data_received,
+  nm_read_ready_cb,
+  nm_sock,
+  nm_sock_fd,
+  nm_protocol,
+  nm_protocol_connected,
+  nm_set_protocol,
+  nm_server,
+  nm_attach,
+  nm_transports,
+  nm_write_ready,
+  nm_call_soon,
+  nm_connection_made,
+  nm_start_reading,
+  nm_release,
+  nm_extra,
+  nm_loop,
+  nm_core,
+  nm_socket,
+  nm_sockname,
+  nm_count
+};
+
+static_assert(nm_count == sizeof(acceptor_object::names) / sizeof(PyObject*));
+
+constexpr const char* name_text[nm_count] = {
+    "_make_transport_core", "write",     "writelines", "_read_ready__get_buffer",
+    "_read_ready__data_received", "_read_ready_cb", "_sock", "_sock_fd",
+    "_protocol", "_protocol_connected", "set_protocol", "_server",
+    "_attach", "_transports", "_write_ready", "call_soon",
+    "connection_made", "start_reading", "release", "_extra",
+    "_loop", "_core", "socket", "sockname"};
+
+/// Sets the attributes of a new transport, in asyncio's order, as its
+/// __init__ chain would (see accepted_transport_plan in _loop.py).
+bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, PyObject* conn, int fd,
+                    PyObject* protocol, PyObject* peername) {
+  PyObject* const* nm = a->names;
+  PyObject* plan = a->plan;
+  PyObject* extra = PyDict_New();
+  if (extra == nullptr) {
+    return false;
+  }
+  bool ok = PyDict_SetItem(extra, a->str_peername, peername) == 0;
+  if (ok) {
+    PyObject* tsock = PyObject_CallOneArg(PyTuple_GET_ITEM(plan, plan_transport_socket), conn);
+    ok = tsock != nullptr && PyDict_SetItem(extra, nm[nm_socket], tsock) == 0;
+    Py_XDECREF(tsock);
+  }
+  if (ok) {
+    PyObject* sockname = PyTuple_GET_ITEM(plan, plan_sockname);
+    if (sockname == Py_None) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+        sockname = socket_address(ss, len);
+        if (sockname == nullptr) {
+          if (!PyErr_ExceptionMatches(PyExc_OSError)) {
+            ok = false;
+          } else {
+            PyErr_Clear();
+            sockname = Py_NewRef(Py_None);
+          }
+        }
+      } else {
+        sockname = Py_NewRef(Py_None);  // asyncio: None when getsockname() fails
+      }
+    } else {
+      Py_INCREF(sockname);
+    }
+    ok = ok && PyDict_SetItem(extra, nm[nm_sockname], sockname) == 0;
+    Py_XDECREF(sockname);
+  }
+  ok = ok && PyObject_SetAttr(self, nm[nm_extra], extra) == 0 &&
+       PyObject_SetAttr(self, nm[nm_loop], a->loop) == 0;
+  Py_DECREF(extra);
+  if (!ok) {
+    return false;
+  }
+  PyObject* dict = PyObject_GenericGetDict(self, nullptr);
+  if (dict == nullptr) {
+    return false;
+  }
+  const int buffered = PyObject_IsInstance(protocol, PyTuple_GET_ITEM(plan, plan_buffered));
+  PyObject* fd_obj = PyLong_FromLong(fd);
+  PyObject* write = PyObject_GetAttr(core, nm[nm_write]);
+  PyObject* writelines = PyObject_GetAttr(core, nm[nm_writelines]);
+  PyObject* read_cb =
+      buffered < 0 ? nullptr
+                   : PyObject_GetAttr(self, nm[buffered ? nm_read_get_buffer : nm_read_data_received]);
+  ok = fd_obj != nullptr && write != nullptr && writelines != nullptr && read_cb != nullptr &&
+       PyDict_SetItem(dict, nm[nm_core], core) == 0 &&
+       PyDict_SetItem(dict, nm[nm_write], write) == 0 &&
+       PyDict_SetItem(dict, nm[nm_writelines], writelines) == 0 &&
+       PyDict_SetItem(dict, nm[nm_read_ready_cb], read_cb) == 0 &&
+       PyDict_SetItem(dict, nm[nm_sock], conn) == 0 &&
+       PyDict_SetItem(dict, nm[nm_sock_fd], fd_obj) == 0 &&
+       PyDict_SetItem(dict, nm[nm_protocol], protocol) == 0 &&
+       PyDict_SetItem(dict, nm[nm_protocol_connected], Py_True) == 0;
+  Py_XDECREF(write);
+  Py_XDECREF(writelines);
+  Py_XDECREF(read_cb);
+  if (ok) {
+    PyObject* r = PyObject_CallMethodObjArgs(core, nm[nm_set_protocol], protocol,
+                                             buffered ? Py_True : Py_False, nullptr);
+    ok = r != nullptr && PyDict_SetItem(dict, nm[nm_server], a->server) == 0;
+    Py_XDECREF(r);
+  }
+  if (ok && a->server != Py_None) {
+    PyObject* r = PyObject_IsTrue(PyTuple_GET_ITEM(plan, plan_attach_transport))
+                      ? PyObject_CallMethodOneArg(a->server, nm[nm_attach], self)
+                      : PyObject_CallMethodNoArgs(a->server, nm[nm_attach]);
+    ok = r != nullptr;
+    Py_XDECREF(r);
+  }
+  if (ok) {
+    PyObject* transports = PyObject_GetAttr(a->loop, nm[nm_transports]);
+    ok = transports != nullptr && PyObject_SetItem(transports, fd_obj, self) == 0;
+    Py_XDECREF(transports);
+  }
+  Py_XDECREF(fd_obj);
+  PyObject* write_ready = PyTuple_GET_ITEM(plan, plan_write_ready);
+  if (ok && write_ready != Py_None) {
+    PyObject* bound = PyObject_GetAttr(self, write_ready);
+    ok = bound != nullptr && PyDict_SetItem(dict, nm[nm_write_ready], bound) == 0;
+    Py_XDECREF(bound);
+  }
+  Py_DECREF(dict);
+  if (ok && PyObject_IsTrue(PyTuple_GET_ITEM(plan, plan_nodelay))) {
+    const int one = 1;
+    if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0) {
+      PyErr_SetFromErrno(PyExc_OSError);
+      ok = false;
+    }
+  }
+  if (ok) {
+    // asyncio: call_soon(protocol.connection_made, self), then
+    // call_soon(self._add_reader, fd, self._read_ready), which is the core's
+    // start_reading (not if connection_made closed or paused the transport).
+    PyObject* made = PyObject_GetAttr(protocol, nm[nm_connection_made]);
+    PyObject* r = made == nullptr
+                      ? nullptr
+                      : PyObject_CallMethodObjArgs(a->loop, nm[nm_call_soon], made, self, nullptr);
+    Py_XDECREF(made);
+    ok = r != nullptr;
+    Py_XDECREF(r);
+  }
+  if (ok) {
+    PyObject* start = PyObject_GetAttr(core, nm[nm_start_reading]);
+    PyObject* r = start == nullptr
+                      ? nullptr
+                      : PyObject_CallMethodObjArgs(a->loop, nm[nm_call_soon], start, nullptr);
+    Py_XDECREF(start);
+    ok = r != nullptr;
+    Py_XDECREF(r);
+  }
+  return ok;
+}
+
+/// Raises `exc` again (takes the reference).
+void raise_again(PyObject* exc) {
+  if (exc == nullptr) {
+    return;
+  }
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(exc))), exc,
+                PyException_GetTraceback(exc));
+#endif
+}
+
+/// The transport of an accepted connection, made in one pass (the plan's
+/// class, not its __init__); nullptr with an exception if it could not be made.
+PyObject* make_accepted_transport(acceptor_object* a, PyObject* conn, PyObject* protocol,
+                                  PyObject* peername) {
+  const int fd = PyObject_AsFileDescriptor(conn);
+  if (fd < 0) {
+    return nullptr;
+  }
+  auto* cls = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(a->plan, plan_class));
+  PyObject* no_args = PyTuple_New(0);
+  if (no_args == nullptr) {
+    return nullptr;
+  }
+  PyObject* self = PyBaseObject_Type.tp_new(cls, no_args, nullptr);
+  Py_DECREF(no_args);
+  if (self == nullptr) {
+    return nullptr;
+  }
+  PyObject* fd_obj = PyLong_FromLong(fd);
+  PyObject* core = fd_obj == nullptr ? nullptr
+                                     : PyObject_CallMethodObjArgs(a->loop, a->names[nm_make_core],
+                                                                  self, fd_obj, nullptr);
+  Py_XDECREF(fd_obj);
+  if (core == nullptr) {
+    Py_DECREF(self);
+    return nullptr;
+  }
+  if (!fill_transport(a, self, core, conn, fd, protocol, peername)) {
+    // Out of the loop's fd table; the caller closes the socket (asyncio's
+    // __init__ raising, as cadeloop's _SocketTransport handles it).
+    PyObject* exc = take_exception();
+    PyObject* r = PyObject_CallMethodNoArgs(core, a->names[nm_release]);
+    Py_XDECREF(r);
+    if (r == nullptr) {
+      PyErr_Clear();
+    }
+    raise_again(exc);
+    Py_DECREF(core);
+    Py_DECREF(self);
+    return nullptr;
+  }
+  Py_DECREF(core);
+  return self;
+}
+
 /// _connect(conn, addr): one accepted connection, in its own context copy:
 /// the protocol factory, then the transport (asyncio's order and context).
 PyObject* acceptor_connect(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
@@ -123,8 +363,13 @@ PyObject* acceptor_connect(PyObject* self, PyObject* const* args, Py_ssize_t nar
   }
   // _SocketTransport(loop, sock, protocol, waiter, extra, server): no waiter,
   // nothing awaits the connection (asyncio's waiter only resumed its task).
-  PyObject* call[6] = {a->loop, args[0], protocol, Py_None, extra, a->server};
-  PyObject* transport = PyObject_Vectorcall(a->transport_type, call, 6, nullptr);
+  PyObject* transport = nullptr;
+  if (a->plan != Py_None) {
+    transport = make_accepted_transport(a, args[0], protocol, args[1]);
+  } else {
+    PyObject* call[6] = {a->loop, args[0], protocol, Py_None, extra, a->server};
+    transport = PyObject_Vectorcall(a->transport_type, call, 6, nullptr);
+  }
   Py_DECREF(extra);
   if (transport == nullptr) {
     PyObject* r = creation_failed(a, protocol, nullptr);
@@ -253,12 +498,14 @@ int acceptor_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(a->transport_type);
   Py_VISIT(a->socket_type);
   Py_VISIT(a->connect);
+  Py_VISIT(a->plan);
   return 0;
 }
 
 int acceptor_clear(PyObject* self) {
   acceptor_object* a = as_acceptor(self);
   Py_CLEAR(a->connect);
+  Py_CLEAR(a->plan);
   Py_CLEAR(a->protocol_factory);
   Py_CLEAR(a->sock);
   Py_CLEAR(a->server);
@@ -273,12 +520,15 @@ void acceptor_dealloc(PyObject* self) {
   PyObject_GC_UnTrack(self);
   acceptor_clear(self);
   Py_CLEAR(as_acceptor(self)->str_peername);
+  for (PyObject*& name : as_acceptor(self)->names) {
+    Py_CLEAR(name);
+  }
   tp->tp_free(self);
   Py_DECREF(tp);
 }
 
 /// Acceptor(loop, protocol_factory, sock, server, backlog, transport_type,
-/// socket_type, family, type, proto).
+/// socket_type, family, type, proto[, plan]).
 PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   PyObject* loop = nullptr;
   PyObject* factory = nullptr;
@@ -290,12 +540,18 @@ PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   int family = 0;
   int sock_type = 0;
   int proto = 0;
+  PyObject* plan = Py_None;
   if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
     PyErr_SetString(PyExc_TypeError, "Acceptor() takes positional arguments only");
     return nullptr;
   }
-  if (!PyArg_ParseTuple(args, "OOOOnOOiii", &loop, &factory, &sock, &server, &backlog,
-                        &transport_type, &socket_type, &family, &sock_type, &proto)) {
+  if (!PyArg_ParseTuple(args, "OOOOnOOiii|O", &loop, &factory, &sock, &server, &backlog,
+                        &transport_type, &socket_type, &family, &sock_type, &proto, &plan)) {
+    return nullptr;
+  }
+  if (plan != Py_None && (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != plan_size ||
+                          !PyType_Check(PyTuple_GET_ITEM(plan, plan_class)))) {
+    PyErr_SetString(PyExc_TypeError, "Acceptor(): plan must be None or a 7-tuple");
     return nullptr;
   }
   PyObject* core_type = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(loop)),
@@ -321,6 +577,14 @@ PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   a->transport_type = Py_NewRef(transport_type);
   a->socket_type = Py_NewRef(socket_type);
   a->str_peername = peername;
+  a->plan = Py_NewRef(plan);
+  for (std::size_t i = 0; i < nm_count; ++i) {
+    a->names[i] = PyUnicode_InternFromString(name_text[i]);
+    if (a->names[i] == nullptr) {
+      Py_DECREF(self);
+      return nullptr;
+    }
+  }
   a->family = family;
   a->type = sock_type;
   a->proto = proto;

@@ -553,3 +553,16 @@ def test_accepted_transport_of_a_wildcard_listener_as_asyncio() -> None:
     # sockname of each connection is its own local address, not the listener's 0.0.0.0
     got = assert_same_as_asyncio(accepted_transport_scenario(socket.AF_INET, "plain", "0.0.0.0"))
     assert sum(1 for e in got if e[1] == "connection_made" and e[4] is True) == 3
+
+
+def test_accepted_transports_are_made_without_running_their_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cadeloop import _loop
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("_SocketTransport.__init__ ran")
+
+    monkeypatch.setattr(_loop._SocketTransport, "__init__", refuse)
+    got: list[Any] = []
+    cadeloop.run(accepted_transport_scenario(socket.AF_INET, "write")(got))
+    assert [e[1] for e in got if e[0] == "client got"] == [0, 1, 2]
+    assert sum(1 for e in got if e[1] == "connection_made") == 3
