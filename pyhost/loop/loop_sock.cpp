@@ -23,6 +23,7 @@
 // buffer that is not bytes, bytearray or a 1-D byte memoryview, and
 // sock_connect to an address asyncio would resolve (a host name).
 #include "loop/loop_methods.hpp"  // Python.h first
+#include "loop/loop_sock_syscalls.hpp"
 
 #include <structmember.h>
 #include <sys/socket.h>
@@ -37,6 +38,13 @@
 namespace cadeloop::pyhost::loop {
 
 namespace {
+
+using sock_syscalls::clear_if_would_block;
+using sock_syscalls::outcome;
+using sock_syscalls::raw_recv;
+using sock_syscalls::raw_recv_into;
+using sock_syscalls::raw_send;
+using sock_syscalls::would_block;
 
 /// The operations, in the order of sock_names below.
 enum class sock_op : std::uint8_t {
@@ -113,13 +121,6 @@ struct call_object {
   sock_op op;
   bool raw;  // recv/recv_into: the system call itself, not the socket's method
 };
-
-/// What one attempt came to.
-enum class outcome : std::uint8_t { done, failed, wait };
-
-bool would_block(int err) {
-  return err == EAGAIN || err == EWOULDBLOCK || err == EINPROGRESS;
-}
 
 PyObject* name(PyObject* sup, support_slot i) {
   return PyTuple_GET_ITEM(sup, i);
@@ -251,17 +252,6 @@ PyObject* hand_over(PyObject* self, PyObject* sup, sock_op op, PyObject* const* 
   return coro;
 }
 
-/// Whether the pending exception is BlockingIOError or InterruptedError
-/// (asyncio's "try again"); clears it if so.
-bool clear_if_would_block() {
-  if (PyErr_ExceptionMatches(PyExc_BlockingIOError) ||
-      PyErr_ExceptionMatches(PyExc_InterruptedError)) {
-    PyErr_Clear();
-    return true;
-  }
-  return false;
-}
-
 /// Turns the result of a socket method call into an outcome.
 outcome method_outcome(PyObject* r, PyObject** result) {
   if (r != nullptr) {
@@ -269,108 +259,6 @@ outcome method_outcome(PyObject* r, PyObject** result) {
     return outcome::done;
   }
   return clear_if_would_block() ? outcome::wait : outcome::failed;
-}
-
-/// recv(2) into a new bytes object of up to n bytes (n > 0).
-outcome raw_recv(int fd, Py_ssize_t n, PyObject** result) {
-  PyObject* b = PyBytes_FromStringAndSize(nullptr, n);
-  if (b == nullptr) {
-    return outcome::failed;
-  }
-  ssize_t got;
-  for (;;) {
-    got = ::recv(fd, PyBytes_AS_STRING(b), static_cast<std::size_t>(n), 0);
-    if (got >= 0) {
-      break;
-    }
-    const int err = errno;
-    if (err == EINTR) {  // as the socket module: run signal handlers, retry
-      if (PyErr_CheckSignals() < 0) {
-        Py_DECREF(b);
-        return outcome::failed;
-      }
-      continue;
-    }
-    Py_DECREF(b);
-    if (would_block(err)) {
-      return outcome::wait;
-    }
-    errno = err;
-    PyErr_SetFromErrno(PyExc_OSError);
-    return outcome::failed;
-  }
-  if (got != n && _PyBytes_Resize(&b, got) < 0) {
-    return outcome::failed;
-  }
-  *result = b;
-  return outcome::done;
-}
-
-/// recv(2) into `buf`'s writable buffer; 0 = the socket's method is needed
-/// (not a simple writable buffer, or an empty one).
-int raw_recv_into(int fd, PyObject* buf, PyObject** result, outcome* out) {
-  Py_buffer v;
-  if (PyObject_GetBuffer(buf, &v, PyBUF_WRITABLE) < 0) {
-    PyErr_Clear();
-    return 0;
-  }
-  if (v.len == 0) {
-    PyBuffer_Release(&v);
-    return 0;
-  }
-  ssize_t got;
-  for (;;) {
-    got = ::recv(fd, v.buf, static_cast<std::size_t>(v.len), 0);
-    if (got >= 0) {
-      break;
-    }
-    const int err = errno;
-    if (err == EINTR) {
-      if (PyErr_CheckSignals() < 0) {
-        PyBuffer_Release(&v);
-        *out = outcome::failed;
-        return 1;
-      }
-      continue;
-    }
-    PyBuffer_Release(&v);
-    if (would_block(err)) {
-      *out = outcome::wait;
-      return 1;
-    }
-    errno = err;
-    PyErr_SetFromErrno(PyExc_OSError);
-    *out = outcome::failed;
-    return 1;
-  }
-  PyBuffer_Release(&v);
-  *result = PyLong_FromSsize_t(got);
-  *out = *result != nullptr ? outcome::done : outcome::failed;
-  return 1;
-}
-
-/// send(2) of [p, p + len); the count sent, 0 when it would block, -1 with
-/// an exception set on failure.
-Py_ssize_t raw_send(int fd, const char* p, Py_ssize_t len) {
-  for (;;) {
-    const ssize_t n = ::send(fd, p, static_cast<std::size_t>(len), MSG_NOSIGNAL);
-    if (n >= 0) {
-      return n;
-    }
-    const int err = errno;
-    if (err == EINTR) {
-      if (PyErr_CheckSignals() < 0) {
-        return -1;
-      }
-      continue;
-    }
-    if (would_block(err)) {
-      return 0;
-    }
-    errno = err;
-    PyErr_SetFromErrno(PyExc_OSError);
-    return -1;
-  }
 }
 
 /// One attempt of a read-side call or sendto, connect's completion or an
