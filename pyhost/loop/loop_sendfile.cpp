@@ -76,20 +76,6 @@ void raise_not_available(const char* message, PyObject* context) {
   Py_DECREF(exc);
 }
 
-PyObject* take_raised_exception() {
-  PyObject* type = nullptr;
-  PyObject* value = nullptr;
-  PyObject* tb = nullptr;
-  PyErr_Fetch(&type, &value, &tb);
-  PyErr_NormalizeException(&type, &value, &tb);
-  if (tb != nullptr && value != nullptr) {
-    PyException_SetTraceback(value, tb);
-  }
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  return value;
-}
-
 bool call_fut(PyObject* fut, const char* method, PyObject* arg) {
   PyObject* r = PyObject_CallMethod(fut, method, "O", arg);
   Py_XDECREF(r);
@@ -145,7 +131,7 @@ bool finish(sendfile_op* op, PyObject* exc /* stolen, or NULL for the result */)
 PyObject* failure(sendfile_op* op, int err, bool first_call) {
   errno = err;
   PyErr_SetFromErrno(PyExc_OSError);
-  PyObject* exc = take_raised_exception();
+  PyObject* exc = take_exception();
   if (exc == nullptr) {
     return nullptr;
   }
@@ -329,7 +315,7 @@ PyType_Spec op_spec = {"cadeloop._core.SendfileOp", static_cast<int>(sizeof(send
 int file_fd_of(PyObject* file, long long& size) {
   PyObject* r = PyObject_CallMethod(file, "fileno", nullptr);
   if (r == nullptr) {
-    PyObject* exc = take_raised_exception();
+    PyObject* exc = take_exception();
     PyObject* io = PyImport_ImportModule("io");
     PyObject* unsupported =
         io != nullptr ? PyObject_GetAttrString(io, "UnsupportedOperation") : nullptr;
@@ -359,7 +345,7 @@ int file_fd_of(PyObject* file, long long& size) {
     if (s != nullptr) {
       PyErr_SetString(PyExc_TypeError, "file.fileno() must return an int");
     } else if (PyErr_ExceptionMatches(PyExc_OSError)) {
-      raise_not_available("not a regular file", take_raised_exception());
+      raise_not_available("not a regular file", take_exception());
     }
     return -1;
   }
@@ -371,7 +357,7 @@ int file_fd_of(PyObject* file, long long& size) {
   struct stat sb {};
   if (fd < 0 || fd > INT32_MAX || ::fstat(static_cast<int>(fd), &sb) < 0) {
     PyErr_SetFromErrno(PyExc_OSError);
-    raise_not_available("not a regular file", take_raised_exception());
+    raise_not_available("not a regular file", take_exception());
     return -1;
   }
   size = static_cast<long long>(sb.st_size);

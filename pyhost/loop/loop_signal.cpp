@@ -66,22 +66,6 @@ PyObject* set_wakeup_fd(int fd) {
   return r;
 }
 
-/// The raised exception, normalised, with its traceback attached; the error
-/// indicator is cleared. New reference.
-PyObject* take_raised() {
-  PyObject* type = nullptr;
-  PyObject* value = nullptr;
-  PyObject* tb = nullptr;
-  PyErr_Fetch(&type, &value, &tb);
-  PyErr_NormalizeException(&type, &value, &tb);
-  if (tb != nullptr && value != nullptr) {
-    PyException_SetTraceback(value, tb);
-  }
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  return value;
-}
-
 /// Raises `type(message)` with `context` (stolen) as its __context__, as a
 /// `raise` inside asyncio's `except` block would.
 void raise_in_context(PyObject* type, PyObject* message, PyObject* context) {
@@ -113,7 +97,7 @@ bool reset_wakeup_fd() {
   if (!raised_value_or_os_error()) {
     return false;
   }
-  PyObject* exc = take_raised();
+  PyObject* exc = take_exception();
   PyObject* logger = module_attr_of("asyncio.log", "logger");
   PyObject* lr = logger != nullptr ? PyObject_CallMethod(logger, "info", "sO",
                                                          "set_wakeup_fd(-1) failed: %s", exc)
@@ -167,7 +151,7 @@ bool map_uncatchable(PyObject* sig) {
   if (!PyErr_ExceptionMatches(PyExc_OSError)) {
     return false;
   }
-  PyObject* exc = take_raised();
+  PyObject* exc = take_exception();
   PyObject* err = exc != nullptr ? PyObject_GetAttrString(exc, "errno") : nullptr;
   const bool einval = err != nullptr && PyLong_Check(err) && PyLong_AsLong(err) == EINVAL;
   Py_XDECREF(err);
@@ -206,7 +190,7 @@ bool open_signal_pipe(PyObject* self, loop_state& st) {
   Py_XDECREF(reader);
   Py_XDECREF(fd);
   if (h == nullptr) {
-    PyObject* exc = take_raised();
+    PyObject* exc = take_exception();
     close_signal_pipe(self, st);
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
     Py_DECREF(exc);
@@ -324,7 +308,7 @@ PyObject* loop_add_signal_handler(PyObject* self, PyObject* const* args, Py_ssiz
     if (!raised_value_or_os_error()) {
       return nullptr;
     }
-    PyObject* exc = take_raised();
+    PyObject* exc = take_exception();
     if (made_pipe) {
       close_signal_pipe(self, st);  // no internal fd for a loop that has no handler
     }
@@ -372,7 +356,7 @@ PyObject* loop_add_signal_handler(PyObject* self, PyObject* const* args, Py_ssiz
   if (!PyErr_ExceptionMatches(PyExc_OSError)) {
     return nullptr;
   }
-  PyObject* exc = take_raised();
+  PyObject* exc = take_exception();
   if (PyDict_DelItem(handlers, sig) < 0) {
     Py_DECREF(exc);
     return nullptr;
