@@ -136,6 +136,14 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
              "--stats-json-on-exit", str(STATS_FILE), "--shared-cpu-yield-us", "0"],
             str(ROOT / ".venv/bin/python"),
         ),
+        # The same build on CPython 3.11 (.venv-3.11, made by scripts/setup; a worker process instead of a
+        # sub-interpreter), for comparisons on the Python the Rust cadeloop runs on.
+        "cadeloop-py311": Server(
+            "cadeloop on CPython 3.11",
+            [str(ROOT / ".venv-3.11/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE)],
+            str(ROOT / ".venv-3.11/bin/python"),
+        ),
         "uvicorn": Server(
             "uvicorn (httptools+uvloop)",
             [str(peer("uvicorn") / "python"), "-m", "uvicorn", "app:app", "--host", host, "--port", str(port),
