@@ -7,6 +7,8 @@ server CPU with bench/http/loadgen.cpp on the load CPU:
 
 - `strace -c -f` attached to every thread of the server for a run of --requests requests: calls per request
   by system call (strace slows the server a lot, so these are counts, not times);
+- per thread of the server (from /proc, no tracer attached): CPU time and voluntary and involuntary context
+  switches per request over a timed run, which shows how many threads do the work;
 - `perf stat` software events over a timed run: task-clock, context switches, CPU migrations, page faults
   per request (and `instructions`, which many VMs do not expose: then it says "not supported");
 - with --callgrind: user-space instructions per request from valgrind's callgrind, as the difference of two
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import re
 import subprocess
 import sys
@@ -72,6 +75,45 @@ def strace_counts(pid: int, port: int, connections: int, args: argparse.Namespac
     return {"requests": n, "errors": figures["errors"],
             "per_request": {k: v / n for k, v in sorted(calls.items(), key=lambda kv: -kv[1]) if k != "total"},
             "total_per_request": sum(v for k, v in calls.items() if k != "total") / n}
+
+
+def thread_snapshot(pid: int) -> dict[str, tuple[str, int, int, int]]:
+    """Per thread of the server's tree: its name, CPU ticks (utime+stime) and voluntary and involuntary
+    context switches, from /proc (no tracer attached)."""
+    out = {}
+    for p in tree_pids(pid):
+        try:
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                status = (t / "status").read_text()
+                fields = (t / "stat").read_text().rsplit(")", 1)[1].split()
+                name = (t / "comm").read_text().strip()
+            except OSError:
+                continue
+            vol = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+            invol = int(status.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+            out[f"{p}/{t.name}"] = (name, int(fields[11]) + int(fields[12]), vol, invol)
+    return out
+
+
+def thread_counts(pid: int, port: int, connections: int, args: argparse.Namespace) -> dict:
+    """Which threads do the work: per thread, CPU µs and context switches per request over a timed run."""
+    before = thread_snapshot(pid)
+    figures = loadgen(port, connections, args.load_cpu, args.duration)
+    after = thread_snapshot(pid)
+    n = max(figures["requests"], 1)
+    tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
+    rows = []
+    for tid, (name, ticks, vol, invol) in after.items():
+        b = before.get(tid, (name, 0, 0, 0))
+        d = (ticks - b[1], vol - b[2], invol - b[3])
+        if any(d):
+            rows.append({"thread": tid, "name": name, "cpu_us": d[0] * tick_us / n, "voluntary": d[1] / n,
+                         "involuntary": d[2] / n})
+    return {"requests": figures["requests"], "threads_total": len(after), "busy": rows}
 
 
 def perf_counts(pid: int, port: int, connections: int, args: argparse.Namespace) -> dict:
@@ -146,7 +188,8 @@ def main() -> int:
                 continue
             try:
                 loadgen(args.port, c, args.load_cpu, 1.0)  # warm-up
-                row = {"perf": perf_counts(proc.pid, args.port, c, args),
+                row = {"threads": thread_counts(proc.pid, args.port, c, args),
+                       "perf": perf_counts(proc.pid, args.port, c, args),
                        "strace": strace_counts(proc.pid, args.port, c, args)}
             finally:
                 stop_server(proc)
@@ -173,6 +216,14 @@ def write(report: dict, tag: str) -> None:
             if "error" in row:
                 lines += [row["error"], ""]
                 continue
+            th = row["threads"]
+            lines += [f"threads over {th['requests']} requests (from /proc, no tracer): {th['threads_total']} in the "
+                      "server's tree; those that ran:", "",
+                      "| thread | CPU µs / request | voluntary switches / request | involuntary / request |",
+                      "|---|---:|---:|---:|"]
+            lines += [f"| {r['name']} ({r['thread']}) | {r['cpu_us']:.2f} | {r['voluntary']:.3f} | {r['involuntary']:.3f} |"
+                      for r in th["busy"]]
+            lines.append("")
             pf = row["perf"]
             lines.append(f"perf stat over {pf['requests']} requests ({pf['rps']:.0f} req/s, {pf['errors']} errors): "
                          + ", ".join(f"{k} {v:.3f}/request" if isinstance(v, float) else f"{k} {v}"
