@@ -5,6 +5,7 @@
 #include <cadeloop/http/request_parser.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -140,19 +141,37 @@ void request_head::clear() noexcept {
 
 std::unique_ptr<request_head> head_pool::take() noexcept {
   if (free_.empty()) {
+    tick();
     return nullptr;
   }
   std::unique_ptr<request_head> head = std::move(free_.back());
   free_.pop_back();
+  low_water_ = std::min(low_water_, free_.size());
+  tick();
   return head;
 }
 
 void head_pool::give(std::unique_ptr<request_head> head) {
-  if (!head || free_.size() >= max_kept_) {
-    return;  // freed here
+  if (head && free_.size() < cap_) {
+    head->clear();
+    free_.push_back(std::move(head));
+  }  // else freed here
+  tick();
+}
+
+void head_pool::tick() noexcept {
+  if (++ops_ < window_) {
+    return;
   }
-  head->clear();
-  free_.push_back(std::move(head));
+  ops_ = 0;
+  // Heads kept through the whole window were not needed by its load. Taken
+  // from the front: take() and give() work at the back, so the front holds
+  // the heads that have waited longest.
+  if (free_.size() > floor_) {
+    const std::size_t unused = std::min(low_water_, free_.size() - floor_);
+    free_.erase(free_.begin(), free_.begin() + static_cast<std::ptrdiff_t>(unused));
+  }
+  low_water_ = free_.size();
 }
 
 }  // namespace cadeloop::http

@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 namespace {
 
@@ -82,6 +84,75 @@ TEST(request_parser_storage, AReleasedParserResetForANewConnectionParsesAgain) {
   const feed_result too_long = parser.feed("GET /a-target-over-16 HTTP/1.1\r\nHost: a\r\n\r\n");
   EXPECT_EQ(too_long.status, feed_status::error);
   EXPECT_EQ(parser.error().status, 414);
+}
+
+// A burst of heads lent at once (64 connections pipelining 16 requests) comes
+// back to the pool and is reused whole: the next burst allocates nothing.
+TEST(head_pool, KeepsABurstUpToItsCapAndLendsTheSameHeadsAgain) {
+  head_pool pool{256, 4096, 1u << 20};
+  std::vector<std::unique_ptr<request_head>> lent;
+  for (int i = 0; i < 1024; ++i) {
+    lent.push_back(std::make_unique<request_head>());
+  }
+  std::vector<const request_head*> first;
+  for (auto& h : lent) {
+    first.push_back(h.get());
+    pool.give(std::move(h));
+  }
+  EXPECT_EQ(pool.size(), 1024u);
+  lent.clear();
+  for (int i = 0; i < 1024; ++i) {
+    std::unique_ptr<request_head> h = pool.take();
+    ASSERT_NE(h, nullptr) << i;
+    lent.push_back(std::move(h));
+  }
+  EXPECT_EQ(pool.take(), nullptr);
+  std::vector<const request_head*> again;
+  for (auto& h : lent) {
+    again.push_back(h.get());
+  }
+  std::sort(first.begin(), first.end());
+  std::sort(again.begin(), again.end());
+  EXPECT_EQ(first, again);
+}
+
+TEST(head_pool, FreesBeyondItsCap) {
+  head_pool pool{2, 8, 1u << 20};
+  for (int i = 0; i < 12; ++i) {
+    pool.give(std::make_unique<request_head>());
+  }
+  EXPECT_EQ(pool.size(), 8u);
+}
+
+// Heads that sat in the pool through a whole window were not needed by that
+// window's load: they are freed, down to the floor.
+TEST(head_pool, GivesBackWhatAWindowDidNotUse) {
+  head_pool pool{2, 100, 10};
+  for (int i = 0; i < 10; ++i) {  // the first window: 10 gives
+    pool.give(std::make_unique<request_head>());
+  }
+  EXPECT_EQ(pool.size(), 10u);   // nothing has been idle for a whole window yet
+  for (int i = 0; i < 5; ++i) {  // the second: one head lent at a time
+    std::unique_ptr<request_head> h = pool.take();
+    ASSERT_NE(h, nullptr);
+    pool.give(std::move(h));
+  }
+  // 9 stayed through the window; freed down to the floor of 2.
+  EXPECT_EQ(pool.size(), 2u);
+
+  // Heads the load used in every window stay, whatever the floor.
+  head_pool busy{0, 100, 8};
+  for (int round = 0; round < 6; ++round) {
+    std::vector<std::unique_ptr<request_head>> out;
+    for (int i = 0; i < 4; ++i) {
+      std::unique_ptr<request_head> h = busy.take();
+      out.push_back(h ? std::move(h) : std::make_unique<request_head>());
+    }
+    for (auto& h : out) {
+      busy.give(std::move(h));
+    }
+  }
+  EXPECT_EQ(busy.size(), 4u);
 }
 
 }  // namespace

@@ -1074,7 +1074,7 @@ TEST(request_parser, SteadyStateFeedsAllocateNothing) {
 }
 
 TEST(request_parser, HeadPoolKeepsSpareHeadsOutOfIdleParsers) {
-  cadeloop::http::head_pool pool{2};
+  cadeloop::http::head_pool pool{2, 2};  // floor and cap 2
   request_parser a;
   request_parser b;
   a.use_pool(&pool);
@@ -1095,7 +1095,7 @@ TEST(request_parser, HeadPoolKeepsSpareHeadsOutOfIdleParsers) {
   std::unique_ptr<request_head> again = b.take_head(b.events()[0]);
   EXPECT_EQ(again.get(), raw);
   EXPECT_EQ(again->target(), "/index.html?x=1&y=2");
-  // The pool keeps at most its bound; more are freed.
+  // The pool keeps at most its cap; more are freed.
   b.recycle_head(std::move(again));
   b.recycle_head(std::make_unique<request_head>());
   b.recycle_head(std::make_unique<request_head>());
