@@ -32,27 +32,28 @@ def totals(stats: Path) -> dict[str, int]:
     return doc
 
 
-def test_one_connection_in_order_and_answers_are_taken_without_a_wake(tmp_path: Path) -> None:
-    # A long window (20 ms): the client shares a busy machine; the window ends as soon as the peer sleeps.
-    srv, stats = counted_server(tmp_path, "20000")
+def counters_after_requests_in_order(tmp_path: Path, window_us: str | None, n: int, *flags: str,
+                                     pause: float = 0) -> dict[str, int]:
+    """The counters of a counted server that answered n requests in order on one connection, each right."""
+    srv, stats = counted_server(tmp_path, window_us, *flags)
     try:
-        echo_in_order(srv.port, 300)
+        echo_in_order(srv.port, n, pause)
     finally:
         assert srv.stop() == 0
     t = totals(stats)
-    assert t["requests"] == 300
+    assert t["requests"] == n, t
+    return t
+
+
+def test_one_connection_in_order_and_answers_are_taken_without_a_wake(tmp_path: Path) -> None:
+    # A long window (20 ms): the client shares a busy machine; the window ends as soon as the peer sleeps.
+    t = counters_after_requests_in_order(tmp_path, "20000", 300)
     assert t["wakeups_to_io"] < t["requests"] / 2, t
     assert t["spin_hits"] > t["requests"] / 2, t
 
 
 def test_the_window_is_on_by_default_when_the_pair_shares_one_cpu(tmp_path: Path) -> None:
-    srv, stats = counted_server(tmp_path, None)
-    try:
-        echo_in_order(srv.port, 100)
-    finally:
-        assert srv.stop() == 0
-    t = totals(stats)
-    assert t["requests"] == 100
+    t = counters_after_requests_in_order(tmp_path, None, 100)
     assert t["spins"] > 0 and t["wakeups_to_io"] < t["requests"] / 2, t
 
 
@@ -61,25 +62,13 @@ def test_an_explicit_io_spin_keeps_its_own_spin_on_the_io_side_while_the_window_
     # keeps the I/O thread polling the sockets until its spin ends (1 s here: longer than any pause), so the
     # I/O thread does not park between requests; the window would end as soon as the app parked, and the I/O
     # thread would park once a request.
-    srv, stats = counted_server(tmp_path, "20000", "--io-spin-us", "1000000")
-    try:
-        echo_in_order(srv.port, 20, pause=0.02)
-    finally:
-        assert srv.stop() == 0
-    t = totals(stats)
-    assert t["requests"] == 20
+    t = counters_after_requests_in_order(tmp_path, "20000", 20, "--io-spin-us", "1000000", pause=0.02)
     assert t["io_parks"] < t["requests"] / 2 and t["spin_hits"] >= t["requests"], t
 
 
 def test_without_the_window_the_pair_parks_and_wakes(tmp_path: Path) -> None:
     # The control: the same server with the window at 0 parks and is woken per request.
-    srv, stats = counted_server(tmp_path, "0")
-    try:
-        echo_in_order(srv.port, 100)
-    finally:
-        assert srv.stop() == 0
-    t = totals(stats)
-    assert t["requests"] == 100
+    t = counters_after_requests_in_order(tmp_path, "0", 100)
     assert t["wakeups_to_app"] + t["wakeups_to_io"] >= t["requests"], t
     assert t["spins"] == 0, t
 
