@@ -1,6 +1,7 @@
 #pragma once
 
-// Private to pyhost: taking the exception being raised, on every supported Python.
+// Private to pyhost: taking the exception being raised, and raising one in the
+// context of another, on every supported Python.
 
 #include <Python.h>
 
@@ -25,6 +26,22 @@ inline PyObject* take_exception() {
   Py_XDECREF(tb);
   return value;
 #endif
+}
+
+/// Raises `exc` with `context` as its __context__, as a `raise` inside an
+/// `except` block would. Steals both: `exc` is a new exception instance, or
+/// NULL when making it failed (that failure stays the exception set);
+/// `context` may be NULL (none).
+inline void raise_in_context(PyObject* exc, PyObject* context) {
+  if (exc == nullptr) {
+    Py_XDECREF(context);
+    return;
+  }
+  if (context != nullptr) {
+    PyException_SetContext(exc, context);
+  }
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
+  Py_DECREF(exc);
 }
 
 }  // namespace cadeloop::pyhost

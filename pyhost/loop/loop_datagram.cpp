@@ -33,6 +33,7 @@
 
 #include "loop/loop_accept.hpp"
 #include "loop/loop_core.hpp"
+#include "loop/loop_type.hpp"
 
 namespace cadeloop::pyhost::loop {
 
@@ -498,13 +499,7 @@ PyType_Spec datagram_spec = {"cadeloop._core.DatagramTransportCore",
 }  // namespace
 
 int add_datagram_type(PyObject* module) {
-  PyObject* type = PyType_FromModuleAndSpec(module, &datagram_spec, nullptr);
-  if (type == nullptr) {
-    return -1;
-  }
-  const int rc = PyModule_AddObjectRef(module, "DatagramTransportCore", type);
-  Py_DECREF(type);
-  return rc;
+  return add_type_from_spec(module, datagram_spec);
 }
 
 }  // namespace cadeloop::pyhost::loop

@@ -31,6 +31,7 @@
 #include <new>
 
 #include "loop/loop_core.hpp"
+#include "loop/loop_type.hpp"
 
 namespace cadeloop::pyhost::loop {
 
@@ -434,13 +435,7 @@ PyType_Spec pipe_spec = {"cadeloop._core.PipeTransportCore", static_cast<int>(si
 }  // namespace
 
 int add_pipe_type(PyObject* module) {
-  PyObject* type = PyType_FromModuleAndSpec(module, &pipe_spec, nullptr);
-  if (type == nullptr) {
-    return -1;
-  }
-  const int rc = PyModule_AddObjectRef(module, "PipeTransportCore", type);
-  Py_DECREF(type);
-  return rc;
+  return add_type_from_spec(module, pipe_spec);
 }
 
 }  // namespace cadeloop::pyhost::loop

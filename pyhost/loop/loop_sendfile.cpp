@@ -65,15 +65,7 @@ void raise_not_available(const char* message, PyObject* context) {
   PyObject* cls = exceptions_attr("SendfileNotAvailableError");
   PyObject* exc = cls != nullptr ? PyObject_CallFunction(cls, "s", message) : nullptr;
   Py_XDECREF(cls);
-  if (exc == nullptr) {
-    Py_XDECREF(context);
-    return;
-  }
-  if (context != nullptr) {
-    PyException_SetContext(exc, context);
-  }
-  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
-  Py_DECREF(exc);
+  raise_in_context(exc, context);
 }
 
 bool call_fut(PyObject* fut, const char* method, PyObject* arg) {

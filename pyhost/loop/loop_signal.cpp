@@ -66,19 +66,12 @@ PyObject* set_wakeup_fd(int fd) {
   return r;
 }
 
-/// Raises `type(message)` with `context` (stolen) as its __context__, as a
-/// `raise` inside asyncio's `except` block would.
-void raise_in_context(PyObject* type, PyObject* message, PyObject* context) {
-  PyObject* exc = message != nullptr ? PyObject_CallOneArg(type, message) : nullptr;
-  if (exc == nullptr) {
-    Py_XDECREF(context);
-    return;
-  }
-  if (context != nullptr) {
-    PyException_SetContext(exc, context);
-  }
-  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
-  Py_DECREF(exc);
+/// Raises RuntimeError(message) with `context` (stolen) as its __context__, as
+/// asyncio's `raise RuntimeError(...)` inside its `except` block does.
+/// `message` NULL: making it failed, and that is the exception set.
+void raise_runtime_error(PyObject* message, PyObject* context) {
+  raise_in_context(message != nullptr ? PyObject_CallOneArg(PyExc_RuntimeError, message) : nullptr,
+                   context);
 }
 
 /// Whether the raised exception is one of ValueError / OSError.
@@ -165,7 +158,7 @@ bool map_uncatchable(PyObject* sig) {
   PyObject* message =
       text != nullptr ? PyUnicode_FromFormat("sig %U cannot be caught", text) : nullptr;
   Py_XDECREF(text);
-  raise_in_context(PyExc_RuntimeError, message, exc);
+  raise_runtime_error(message, exc);
   Py_XDECREF(message);
   return false;
 }
@@ -313,7 +306,7 @@ PyObject* loop_add_signal_handler(PyObject* self, PyObject* const* args, Py_ssiz
       close_signal_pipe(self, st);  // no internal fd for a loop that has no handler
     }
     PyObject* text = PyObject_Str(exc);
-    raise_in_context(PyExc_RuntimeError, text, exc);
+    raise_runtime_error(text, exc);
     Py_XDECREF(text);
     return nullptr;
   }

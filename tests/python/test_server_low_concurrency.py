@@ -10,39 +10,21 @@ I/O thread per request fall, the I/O thread's windows find the answers).
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
-from server_harness import ServerProcess, read_response
+from server_harness import ServerProcess
+from server_taskset import echo_in_order, one_cpu_server, pipelined_clients
 
 
-def one_cpu_server(tmp_path: Path, window_us: str | None) -> tuple[ServerProcess, Path]:
-    """The server confined to one CPU; window_us None: the setting left at its default."""
+def counted_server(tmp_path: Path, window_us: str | None, *flags: str) -> tuple[ServerProcess, Path]:
+    """The server confined to one CPU, its counters written on exit; window_us None: the setting left at its
+    default."""
     stats = tmp_path / f"stats-{window_us}.json"
-    flags = [] if window_us is None else ["--shared-cpu-yield-us", window_us]
-    srv = ServerProcess("raw_app:app", "--cores", "1", *flags, "--stats-json-on-exit", str(stats), tmp=tmp_path)
-    cpu = min(os.sched_getaffinity(0))
-    srv.argv = ["taskset", "-c", str(cpu), *srv.argv]
-    return srv.start(), stats
-
-
-def post(s: socket.socket, f, body: bytes) -> tuple[int, bytes]:  # type: ignore[no-untyped-def]
-    s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-    status, _, got = read_response(f)
-    return status, got
-
-
-def one_connection(port: int, n: int) -> None:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        f = s.makefile("rb")
-        for i in range(n):
-            body = f"request {i}".encode()
-            assert post(s, f, body) == (200, body)
+    window = [] if window_us is None else ["--shared-cpu-yield-us", window_us]
+    return one_cpu_server(tmp_path, *window, *flags, "--stats-json-on-exit", str(stats)), stats
 
 
 def totals(stats: Path) -> dict[str, int]:
@@ -50,70 +32,51 @@ def totals(stats: Path) -> dict[str, int]:
     return doc
 
 
-def test_one_connection_in_order_and_answers_are_taken_without_a_wake(tmp_path: Path) -> None:
-    # A long window (20 ms): the client shares a busy machine; the window ends as soon as the peer sleeps.
-    srv, stats = one_cpu_server(tmp_path, "20000")
+def counters_after_requests_in_order(tmp_path: Path, window_us: str | None, n: int, *flags: str,
+                                     pause: float = 0) -> dict[str, int]:
+    """The counters of a counted server that answered n requests in order on one connection, each right."""
+    srv, stats = counted_server(tmp_path, window_us, *flags)
     try:
-        one_connection(srv.port, 300)
+        echo_in_order(srv.port, n, pause)
     finally:
         assert srv.stop() == 0
     t = totals(stats)
-    assert t["requests"] == 300
+    assert t["requests"] == n, t
+    return t
+
+
+def test_one_connection_in_order_and_answers_are_taken_without_a_wake(tmp_path: Path) -> None:
+    # A long window (20 ms): the client shares a busy machine; the window ends as soon as the peer sleeps.
+    t = counters_after_requests_in_order(tmp_path, "20000", 300)
     assert t["wakeups_to_io"] < t["requests"] / 2, t
     assert t["spin_hits"] > t["requests"] / 2, t
 
 
 def test_the_window_is_on_by_default_when_the_pair_shares_one_cpu(tmp_path: Path) -> None:
-    srv, stats = one_cpu_server(tmp_path, None)
-    try:
-        one_connection(srv.port, 100)
-    finally:
-        assert srv.stop() == 0
-    t = totals(stats)
-    assert t["requests"] == 100
+    t = counters_after_requests_in_order(tmp_path, None, 100)
     assert t["spins"] > 0 and t["wakeups_to_io"] < t["requests"] / 2, t
+
+
+def test_an_explicit_io_spin_keeps_its_own_spin_on_the_io_side_while_the_window_is_on(tmp_path: Path) -> None:
+    # The client pauses 20 ms before each request, so the app has parked long before it comes. --io-spin-us
+    # keeps the I/O thread polling the sockets until its spin ends (1 s here: longer than any pause), so the
+    # I/O thread does not park between requests; the window would end as soon as the app parked, and the I/O
+    # thread would park once a request.
+    t = counters_after_requests_in_order(tmp_path, "20000", 20, "--io-spin-us", "1000000", pause=0.02)
+    assert t["io_parks"] < t["requests"] / 2 and t["spin_hits"] >= t["requests"], t
 
 
 def test_without_the_window_the_pair_parks_and_wakes(tmp_path: Path) -> None:
     # The control: the same server with the window at 0 parks and is woken per request.
-    srv, stats = one_cpu_server(tmp_path, "0")
-    try:
-        one_connection(srv.port, 100)
-    finally:
-        assert srv.stop() == 0
-    t = totals(stats)
-    assert t["requests"] == 100
+    t = counters_after_requests_in_order(tmp_path, "0", 100)
     assert t["wakeups_to_app"] + t["wakeups_to_io"] >= t["requests"], t
     assert t["spins"] == 0, t
 
 
 def test_64_connections_pipelined_in_order(tmp_path: Path) -> None:
-    srv, stats = one_cpu_server(tmp_path, "50")
-    failures: list[str] = []
-
-    def client(n: int) -> None:
-        try:
-            with socket.create_connection(("127.0.0.1", srv.port), timeout=20) as s:
-                f = s.makefile("rb")
-                for batch in range(4):
-                    bodies = [f"c{n} b{batch} r{k}".encode() for k in range(4)]
-                    s.sendall(b"".join(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-                                       % (len(b), b) for b in bodies))
-                    for b in bodies:
-                        status, _, got = read_response(f)
-                        if (status, got) != (200, b):
-                            failures.append(f"client {n}: {status} {got!r} for {b!r}")
-                            return
-        except (OSError, EOFError) as e:
-            failures.append(f"client {n}: {e!r}")
-
+    srv, stats = counted_server(tmp_path, "50")
     try:
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(64)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert failures == []
+        assert pipelined_clients(srv.port, clients=64, batches=4, depth=4, timeout=20) == []
     finally:
         assert srv.stop(signal.SIGTERM) == 0
     assert totals(stats)["requests"] == 64 * 4 * 4
