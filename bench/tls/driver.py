@@ -211,6 +211,19 @@ def report(results: dict[tuple[str, str], list[Run]], keys: list[str], args: arg
     return "\n".join(lines) + "\n"
 
 
+def write_raw(path: Path, results: dict[tuple[str, str], list[Run]], load1: str) -> None:
+    """Every run (not only the median one of the table) as JSON beside the Markdown, for bench/http/plot.py."""
+    names = {w.key: w.name for w in WORKLOADS}
+    runs = [dict(vars(r), workload=names[r.workload], workload_key=r.workload, round=i,
+                 cpu_us_per_request=r.cpu_us_per_request)
+            for runs in results.values() for i, r in enumerate(runs)]
+    path.write_text(json.dumps({
+        "kind": "tls", "command": f".venv/bin/python bench/tls/driver.py {' '.join(sys.argv[1:])}".strip(),
+        "machine": common.machine(), "openssl": ssl.OPENSSL_VERSION,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(), "load_average_before": load1, "results": runs},
+        indent=1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--setup", action="store_true", help="make the peers' venvs and exit")
@@ -250,6 +263,7 @@ def main() -> int:
     print(text)
     out = args.out or RESULTS / f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d}-tls-servers.md"
     out.write_text(text)
+    write_raw(out.with_suffix(".json"), results, load1)
     print(f"driver: wrote {out}")
     return 0
 
