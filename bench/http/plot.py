@@ -188,7 +188,7 @@ def tls_markdown(path: Path) -> dict:
     (the run with the median CPU per request) as that server's only run, with the header's command, machine
     and date."""
     text = path.read_text()
-    head = {k: v.strip().rstrip() for k, v in
+    head = {k: v.strip() for k, v in
             (line.split(":", 1) for line in text.splitlines() if line.split(":", 1)[0] in ("Command", "Machine",
                                                                                          "Date"))}
     results = []
@@ -248,7 +248,8 @@ def merged(datas: list[dict], figures) -> tuple[dict, list[str], list[str], list
                 taken.add(key[1])
         if taken:
             servers = [s for s in dict.fromkeys(r["server"] for r in data["results"]) if s in taken]
-            sources.append(f"{data['file']} ({', '.join(short(s) for s in servers)}; {str(data['date'])[:16]})")
+            when = str(data["date"])[:16].replace("T", " ")
+            sources.append(f"{data['file']} ({', '.join(short(s) for s in servers)}; {when} UTC)")
     workloads = list(dict.fromkeys(w for w, _ in m))
     servers = sorted(dict.fromkeys(s for _, s in m), key=lambda s: 99 if family(s) is None else family(s))
     return m, workloads, servers, sources
