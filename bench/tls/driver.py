@@ -12,7 +12,7 @@ Workloads (bench/tls/tls_load.cpp, an epoll + OpenSSL client on another CPU):
 Server CPU per request is utime+stime of the server's process tree (/proc/PID/stat) over the run divided by
 the requests answered; on a loaded machine the CPU ratios are the figures to read, req/s ratios hold on a
 quiet one. Peers come from the venvs of bench/http/driver.py (build/bench-peers/{uvicorn,granian};
-`--setup` makes them). Writes bench/results/DATE-tls-servers.md.
+`--setup` makes them). Writes bench/results/DATE-tls-servers.md and its runs as .json beside it.
 
     .venv/bin/python bench/tls/driver.py --setup        # once: the peers' venvs
     .venv/bin/python bench/tls/driver.py --duration 10 --rounds 3
@@ -234,7 +234,7 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=18443)
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--load-cpu", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="default bench/results/DATE-tls-servers.md")
+    ap.add_argument("--out", type=Path, default=None, help="default bench/results/DATE-tls-servers.md (the runs go to the same name .json)")
     args = ap.parse_args()
     if args.setup:
         setup_peers()
