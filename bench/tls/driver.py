@@ -234,7 +234,8 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=18443)
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--load-cpu", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="default bench/results/DATE-tls-servers.md (the runs go to the same name .json)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default bench/results/DATE-tls-servers.md (the runs go to the same name .json)")
     args = ap.parse_args()
     if args.setup:
         setup_peers()
