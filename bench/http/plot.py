@@ -301,7 +301,7 @@ def rows_table(datas: list[dict], figures, columns: list[tuple[str, str, object]
     m, workloads, servers, sources = merged(datas, figures)
     out = ["from " + "; ".join(sources), ""]
     for key, title, fmt in columns:
-        out += [f"**{title}**", "", "| workload | " + " | ".join(short(s) for s in servers) + " |",
+        out += [f"**{title}**", "", "| workload | " + " | ".join(short(s).split(", ")[0] for s in servers) + " |",
                 "|---|" + "---:|" * len(servers)]
         for w in workloads:
             out.append(f"| {w} | " + " | ".join(fmt(m[(w, s)][key]) if (w, s) in m else "–" for s in servers) + " |")
@@ -382,7 +382,7 @@ def table(data: dict) -> str:
     for key, title, fmt in (("rps", "requests per second", fmt_rps),
                             ("cpu_us_per_request", "server CPU µs per request", lambda v: f"{v:.1f}"),
                             ("p50_us", "median latency", fmt_ms), ("p99_us", "p99 latency", fmt_ms)):
-        out += [f"**{title}**", "", "| workload | " + " | ".join(short(s) for s in servers) + " |",
+        out += [f"**{title}**", "", "| workload | " + " | ".join(short(s).split(", ")[0] for s in servers) + " |",
                 "|---|" + "---:|" * len(servers)]
         for w in workloads:
             out.append(f"| {w} | " + " | ".join(fmt(m[(w, s)][key]) if (w, s) in m else "–" for s in servers) + " |")
