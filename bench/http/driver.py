@@ -14,7 +14,10 @@ and after each measured run, so CPU per request covers every thread and worker.
     python bench/http/driver.py --setup            # make the peers' venvs (build/bench-peers/)
     python bench/http/driver.py --suite --rounds 2 --duration 4 --warmup 1 --tag suite
                                                    # the whole suite: every workload, every peer, idle
-                                                   # memory, timers; then bench/http/plot.py draws it
+                                                   # memory, timers, then bench/ws/driver.py and
+                                                   # bench/tls/driver.py on the peers that speak WebSocket
+                                                   # and TLS (their results go into this run's JSON too);
+                                                   # then bench/http/plot.py draws it
     python bench/http/driver.py --servers uvicorn,granian --workloads plaintext --duration 5
     python bench/http/driver.py --servers cadeloop,cadeloop-log --workloads plaintext --rounds 12 --duration 3
                                                    # all servers up at once, measured in turn: paired ratios
@@ -542,6 +545,10 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str, 
                 lines.append(f"| {name} | {m['rest_kib'] / 1024:.1f} | {lv['held']} / {lv['connections']} | "
                              f"{lv['before_kib'] / 1024:.1f} | {lv['holding_kib'] / 1024:.1f} | {per} | "
                              f"{lv['after_kib'] / 1024:.1f} |")
+    for part, what in (("ws", "WebSocket"), ("tls", "HTTPS")):
+        if part in extra:
+            where = extra[part].get("file") or extra[part].get("error")
+            lines += ["", f"{what} rows of the suite: {where} (its .md has the tables)."]
     if extra.get("timers"):
         lines += ["", "Timers and wake-ups (each loop alone, 1,000 samples; µs):", "",
                   "| loop | sleep(1 ms) late p50 | p99 | call_soon_threadsafe wake-up p50 | p99 |",
@@ -558,13 +565,57 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str, 
 
 
 SUITE_SERVERS = "cadeloop-rs,cadeloop,uvicorn,uvicorn-h11,granian,hypercorn,c-floor"
+# The suite's servers that bench/ws/driver.py and bench/tls/driver.py also run (cadeloop first: their ratios
+# are about the first server).
+SUITE_WS = ("cadeloop", "uvicorn", "granian", "cadeloop-rs")
+SUITE_TLS = ("cadeloop", "uvicorn", "granian")
+
+
+def run_driver(argv: list[str]) -> str:
+    """Runs another driver (its output passed through); the path its last `written:`/`wrote` line names."""
+    print("suite: " + " ".join(argv), flush=True)
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    written = ""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        m = re.match(r"(?:written|driver: wrote):? (\S+\.md)$", line.strip())
+        written = m.group(1) if m else written
+    return written if proc.wait() == 0 else ""
+
+
+def ws_and_tls(keys: list[str], args: argparse.Namespace) -> dict:
+    """The suite's WebSocket and TLS rows: bench/ws/driver.py and bench/tls/driver.py on the suite's servers
+    that speak them, with the same rounds, run length and CPUs; their results files' JSON, and their names."""
+    out: dict = {}
+    common_args = ["--rounds", str(args.rounds), "--duration", str(args.duration), "--warmup", str(args.warmup),
+                   "--server-cpu", str(args.server_cpu), "--load-cpu", str(args.load_cpu)]
+    counts = [int(n) for n in args.idle_counts.split(",") if n]
+    day = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+    for part, driver, table, extra_args in (
+            ("ws", "bench/ws/driver.py", SUITE_WS,
+             ["--tag", args.tag, "--port", str(args.port + 100), "--quiet-steal", str(args.quiet_steal),
+              "--idle-connections", str(max(counts, default=0))]),
+            ("tls", "bench/tls/driver.py", SUITE_TLS,
+             ["--port", str(args.port + 200), "--out", str(RESULTS / f"{day}-tls-{args.tag}.md")])):
+        chosen = [k for k in table if k in keys]
+        if not chosen:
+            continue
+        written = run_driver([driver, "--servers", ",".join(chosen), *common_args, *extra_args])
+        if not written:
+            out[part] = {"error": f"{driver} failed"}
+            continue
+        data = json.loads(Path(written).with_suffix(".json").read_text())
+        out[part] = data | {"file": str(Path(written).with_suffix(".json").resolve().relative_to(ROOT))}
+    return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--setup", action="store_true", help="create the peers' venvs and exit")
     p.add_argument("--suite", action="store_true",
-                   help=f"every workload on {SUITE_SERVERS}, then idle memory and timers (implies --rounds 1 at least)")
+                   help=f"every workload on {SUITE_SERVERS}, then idle memory and timers, then the WebSocket and TLS "
+                   "drivers on those of them that speak WebSocket and TLS (implies --rounds 1 at least)")
     p.add_argument("--servers", default=None, help=f"comma-separated; default cadeloop,uvicorn,granian,cadeloop-rs "
                    f"(with --suite: {SUITE_SERVERS})")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -622,6 +673,8 @@ def main() -> int:
             print(f"{server.name}:")
             results += measure(server, workloads, args)
     extra |= idle_and_timers(keys, args, baseline)
+    if args.suite:
+        extra |= ws_and_tls(keys, args)
     extra["after"] = conditions()
     print(f"written: {write_report(results, args, command, extra)}")
     return 0

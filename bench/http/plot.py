@@ -6,12 +6,21 @@
         # suite-latency.png, suite-memory.png, suite-timers.png
     python bench/http/plot.py bench/results/2026-12-01-http-suite.json --table
         # the same medians as Markdown tables (for docs/benchmarks.md)
+    python bench/http/plot.py bench/results/2026-12-01-ws-ws-servers-quiet.json \
+        bench/results/2026-12-01-ws-ws-uvicorn-quiet.json bench/results/2026-12-01-tls-servers-quiet.md docs/img/
+        # the WebSocket and TLS rows from their own drivers' results: suite-ws.png, suite-tls.png
     python bench/http/plot.py bench/results/2026-11-30-http-servers.json docs/img/http-servers.png
         # one picture: req/s and CPU per request (or, for a --rounds run, req/s round by round)
 
-Each figure of the suite charts is the median over the run's rounds of a server's runs whose CPU steal
-stayed under 3 % on both CPUs (all its runs when none did). Needs matplotlib: the driver's --setup makes
-a venv with it, build/bench-peers/plot/bin/python.
+A results file is told by what it holds: bench/ws/driver.py's JSON (messages per second), bench/tls/driver.py's
+JSON or, for a run older than its JSON, its Markdown (the median run's row of each server and workload), or
+bench/http/driver.py's JSON; a suite run's JSON holds its WebSocket and TLS results too ("ws", "tls"). A
+server measured in more than one WebSocket or TLS file is drawn from the first file that measured it.
+
+Each figure of the HTTP and WebSocket charts is the median over the run's rounds of a server's runs whose
+CPU steal stayed under 3 % on both CPUs (all its runs when none did); the TLS charts show, as
+bench/tls/driver.py's table does, each server's run with the median CPU per request (and that run's
+req/s). Needs matplotlib: the driver's --setup makes a venv with it, build/bench-peers/plot/bin/python.
 """
 
 from __future__ import annotations
@@ -47,6 +56,41 @@ def short(server: str) -> str:
     return server.split(" (")[0]
 
 
+def family(server: str) -> int | None:
+    """The suite's servers in bench/http/driver.py's SUITE_SERVERS order (the HTTP, WebSocket and TLS
+    drivers name them differently): the same colour for the same server in every chart."""
+    s = server.lower()
+    for i, test in enumerate((lambda: s.startswith("cadeloop-rs"), lambda: s.startswith("cadeloop"),
+                              lambda: s.startswith("uvicorn") and "h11" not in s,
+                              lambda: s.startswith("uvicorn"), lambda: s.startswith("granian"),
+                              lambda: s.startswith("hypercorn"), lambda: s.startswith("c floor"))):
+        if test():
+            return i
+    return None
+
+
+def palette(servers: list[str]) -> dict:
+    import matplotlib.pyplot as plt
+
+    known = {s: family(s) for s in servers}
+    spare = (i for i in range(10) if i not in known.values())
+    return {s: plt.get_cmap("tab10")(i if i is not None else next(spare, 9)) for s, i in known.items()}
+
+
+def bar_panel(ax, labels: list[str], values: list[float], hues: list, fmt: str, title: str) -> None:
+    """One workload's horizontal bars, one per server, each with its figure written at its end."""
+    bars = ax.barh(range(len(labels)), values, color=hues)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_title(title, fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="x", alpha=0.3)
+    for b, v in zip(bars, values):
+        ax.text(b.get_width(), b.get_y() + b.get_height() / 2, " " + fmt.format(v), va="center", fontsize=6)
+    ax.set_xlim(0, max(values) * 1.3 if values else 1)
+
+
 def suite(data: dict, folder: Path) -> None:
     import matplotlib.pyplot as plt
 
@@ -54,7 +98,7 @@ def suite(data: dict, folder: Path) -> None:
     m = medians(data["results"])
     workloads = list(dict.fromkeys(w for w, _ in m))
     servers = list(dict.fromkeys(r["server"] for r in data["results"]))
-    colors = {s: plt.get_cmap("tab10")(i) for i, s in enumerate(servers)}
+    colors = palette(servers)
     subtitle = f"{data['date']} · {data['machine']} · median of rounds"
 
     def grid(key: str, label: str, name: str, scale: float = 1.0, fmt: str = "{:.0f}") -> None:
@@ -65,17 +109,8 @@ def suite(data: dict, folder: Path) -> None:
             ax.axis("off")
         for ax, w in zip(axes.flat, workloads):
             names = [s for s in servers if (w, s) in m]
-            values = [m[(w, s)][key] / scale for s in names]
-            bars = ax.barh(range(len(names)), values, color=[colors[s] for s in names])
-            ax.set_yticks(range(len(names)))
-            ax.set_yticklabels([short(s) for s in names], fontsize=7)
-            ax.invert_yaxis()
-            ax.set_title(w.replace(", ", "\n", 1), fontsize=8)
-            ax.tick_params(axis="x", labelsize=7)
-            ax.grid(axis="x", alpha=0.3)
-            for b, v in zip(bars, values):
-                ax.text(b.get_width(), b.get_y() + b.get_height() / 2, " " + fmt.format(v), va="center", fontsize=6)
-            ax.set_xlim(0, max(values) * 1.3 if values else 1)
+            bar_panel(ax, [short(s) for s in names], [m[(w, s)][key] / scale for s in names],
+                      [colors[s] for s in names], fmt, w.replace(", ", "\n", 1))
         fig.suptitle(f"{label}\n{subtitle}", fontsize=9)
         fig.tight_layout()
         fig.savefig(folder / name, dpi=100)
@@ -141,6 +176,149 @@ def suite(data: dict, folder: Path) -> None:
         print(f"written: {folder / 'suite-timers.png'}")
 
 
+def kind(data: dict) -> str:
+    """"ws", "tls" or "http": which driver wrote this results file."""
+    if data.get("kind") == "tls":
+        return "tls"
+    return "ws" if any("msgs_per_s" in r for r in data.get("results", [])) else "http"
+
+
+def tls_markdown(path: Path) -> dict:
+    """bench/tls/driver.py's Markdown (a run older than its JSON): the table's row of each server and workload
+    (the run with the median CPU per request) as that server's only run, with the header's command, machine
+    and date."""
+    text = path.read_text()
+    head = {k: v.strip() for k, v in
+            (line.split(":", 1) for line in text.splitlines() if line.split(":", 1)[0] in ("Command", "Machine",
+                                                                                         "Date"))}
+    results = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[2].replace(".", "").isdigit():
+            results.append({"server": cells[0], "workload": cells[1], "rps": float(cells[2]),
+                            "cpu_us_per_request": float(cells[3]), "p50_us": float(cells[4]),
+                            "p99_us": float(cells[5]), "errors": int(cells[6] or 0)})
+    if not results:
+        raise SystemExit(f"plot.py: {path}: no bench/tls/driver.py table in it")
+    return {"kind": "tls", "command": head.get("Command", "").strip("` "), "machine": head.get("Machine", ""),
+            "date": head.get("Date", "").split(";")[0], "results": results}
+
+
+def load(path: Path) -> dict:
+    data = tls_markdown(path) if path.suffix == ".md" else json.loads(path.read_text())
+    data.setdefault("file", str(path))
+    return data
+
+
+def ws_medians(data: dict) -> dict[tuple[str, str], dict]:
+    """(workload, server) -> median messages/s, CPU µs per message, p50, p99 over the quiet rounds (or all)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in data["results"]:
+        if r["messages"]:
+            groups.setdefault((r["workload"], r["server"]), []).append(r)
+    out = {}
+    for key, runs in groups.items():
+        quiet = [r for r in runs if max(r["steal_share"], r["load_steal_share"]) < QUIET_STEAL] or runs
+        out[key] = {k: statistics.median(r[k] for r in quiet) for k in ("msgs_per_s", "cpu_us_per_message",
+                                                                         "p50_us", "p99_us")}
+        out[key]["runs"] = f"{len(quiet)}/{len(runs)}"
+    return out
+
+
+def tls_medians(data: dict) -> dict[tuple[str, str], dict]:
+    """(workload, server) -> the run with the median CPU per request, as bench/tls/driver.py's table has it."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in data["results"]:
+        if r["rps"]:
+            groups.setdefault((r["workload"], r["server"]), []).append(r)
+    return {key: sorted(runs, key=lambda r: r["cpu_us_per_request"])[len(runs) // 2] for key, runs in groups.items()}
+
+
+def merged(datas: list[dict], figures) -> tuple[dict, list[str], list[str], list[str]]:
+    """Several files' figures in one: a server from the first file that measured it (per workload). Returns
+    the figures, the workloads, the servers (in the HTTP suite's order) and one line per file saying what it
+    gave."""
+    m: dict[tuple[str, str], dict] = {}
+    sources = []
+    for data in datas:
+        taken = set()
+        for key, v in figures(data).items():
+            if key not in m:
+                m[key] = v
+                taken.add(key[1])
+        if taken:
+            servers = [s for s in dict.fromkeys(r["server"] for r in data["results"]) if s in taken]
+            when = str(data["date"])[:16].replace("T", " ")
+            sources.append(f"{data['file']} ({', '.join(short(s) for s in servers)}; {when} UTC)")
+    workloads = list(dict.fromkeys(w for w, _ in m))
+    servers = sorted(dict.fromkeys(s for _, s in m), key=lambda s: 99 if family(s) is None else family(s))
+    return m, workloads, servers, sources
+
+
+def rows_chart(m: dict, workloads: list[str], servers: list[str], rows: list[tuple[str, str, float, str]],
+               title: str, note: str, out: Path) -> None:
+    """One figure: a row of panels per figure in `rows` (key, axis label, scale, format), a panel per
+    workload, in the style of the HTTP charts."""
+    import matplotlib.pyplot as plt
+
+    colors = palette(servers)
+    cols = len(workloads)
+    fig, axes = plt.subplots(len(rows), cols, figsize=(3.3 * max(cols, 3), 3.0 * len(rows) + 1.1), squeeze=False)
+    for row, (key, label, scale, fmt) in zip(axes, rows):
+        for ax, w in zip(row, workloads):
+            names = [s for s in servers if (w, s) in m and m[(w, s)][key] == m[(w, s)][key]]
+            bar_panel(ax, [short(s).split(", ")[0] for s in names], [m[(w, s)][key] / scale for s in names],
+                      [colors[s] for s in names], fmt, w.replace(", ", "\n", 1))
+            ax.set_xlabel(label, fontsize=7)
+    fig.suptitle(f"{title}\n{note}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    print(f"written: {out}")
+
+
+def ws_chart(datas: list[dict], folder: Path) -> None:
+    m, workloads, servers, sources = merged(datas, ws_medians)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows_chart(m, workloads, servers, [
+        ("msgs_per_s", "thousand messages/s (higher is better)", 1000, "{:.1f}"),
+        ("cpu_us_per_message", "server CPU µs/message (lower is better)", 1, "{:.2f}")],
+        "WebSocket (bench/ws/driver.py), median of rounds",
+        f"{datas[0]['machine']}\n" + "\n".join(sources), folder / "suite-ws.png")
+
+
+def tls_chart(datas: list[dict], folder: Path) -> None:
+    m, workloads, servers, sources = merged(datas, tls_medians)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows_chart(m, workloads, servers, [
+        ("rps", "thousand requests/s (higher is better)", 1000, "{:.2f}"),
+        ("cpu_us_per_request", "server CPU µs/request (lower is better)", 1, "{:.1f}")],
+        "HTTPS, TLS 1.3 (bench/tls/driver.py), the run with the median CPU per request",
+        f"{datas[0]['machine']}\n" + "\n".join(sources), folder / "suite-tls.png")
+
+
+def rows_table(datas: list[dict], figures, columns: list[tuple[str, str, object]]) -> str:
+    m, workloads, servers, sources = merged(datas, figures)
+    out = ["from " + "; ".join(sources), ""]
+    for key, title, fmt in columns:
+        out += [f"**{title}**", "", "| workload | " + " | ".join(short(s).split(", ")[0] for s in servers) + " |",
+                "|---|" + "---:|" * len(servers)]
+        for w in workloads:
+            out.append(f"| {w} | " + " | ".join(fmt(m[(w, s)][key]) if (w, s) in m else "–" for s in servers) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def ws_table(datas: list[dict]) -> str:
+    return rows_table(datas, ws_medians, [("msgs_per_s", "WebSocket messages per second", fmt_rps),
+                                          ("cpu_us_per_message", "server CPU µs per message", lambda v: f"{v:.2f}")])
+
+
+def tls_table(datas: list[dict]) -> str:
+    return rows_table(datas, tls_medians, [("rps", "HTTPS requests per second", fmt_rps),
+                                           ("cpu_us_per_request", "server CPU µs per request", lambda v: f"{v:.1f}")])
+
+
 def single(data: dict, out: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
@@ -204,7 +382,7 @@ def table(data: dict) -> str:
     for key, title, fmt in (("rps", "requests per second", fmt_rps),
                             ("cpu_us_per_request", "server CPU µs per request", lambda v: f"{v:.1f}"),
                             ("p50_us", "median latency", fmt_ms), ("p99_us", "p99 latency", fmt_ms)):
-        out += [f"**{title}**", "", "| workload | " + " | ".join(short(s) for s in servers) + " |",
+        out += [f"**{title}**", "", "| workload | " + " | ".join(short(s).split(", ")[0] for s in servers) + " |",
                 "|---|" + "---:|" * len(servers)]
         for w in workloads:
             out.append(f"| {w} | " + " | ".join(fmt(m[(w, s)][key]) if (w, s) in m else "–" for s in servers) + " |")
@@ -232,21 +410,40 @@ def table(data: dict) -> str:
 
 
 def main() -> int:
-    if len(sys.argv) != 3:
-        print("usage: plot.py RESULT.json OUT.png|FOLDER/|--table", file=sys.stderr)
+    if len(sys.argv) < 3:
+        print("usage: plot.py RESULT [RESULT ...] FOLDER/|--table, or plot.py RESULT.json OUT.png", file=sys.stderr)
         return 2
-    if sys.argv[2] == "--table":
-        print(table(json.loads(Path(sys.argv[1]).read_text())))
+    paths, out = [Path(a) for a in sys.argv[1:-1]], sys.argv[-1]
+    datas = [load(p) for p in paths]
+    https = [d for d in datas if kind(d) == "http"]
+    if len(https) > 1:
+        print("plot.py: one HTTP results file at a time", file=sys.stderr)
+        return 2
+    # A suite run's JSON carries its WebSocket and TLS results; files named after it come after them.
+    ws = [d | {"file": d.get("file", "?")} for h in https if "results" in h.get("ws", {}) for d in [h["ws"]]]
+    tls = [d | {"file": d.get("file", "?")} for h in https if "results" in h.get("tls", {}) for d in [h["tls"]]]
+    ws += [d for d in datas if kind(d) == "ws"]
+    tls += [d for d in datas if kind(d) == "tls"]
+    if out == "--table":
+        print("\n".join(part for part in (table(https[0]) if https else "", ws_table(ws) if ws else "",
+                                          tls_table(tls) if tls else "") if part))
         return 0
     import matplotlib
 
     matplotlib.use("Agg")
-    data = json.loads(Path(sys.argv[1]).read_text())
-    out = Path(sys.argv[2])
-    if out.suffix == ".png":
-        single(data, out, Path(sys.argv[1]).stem)
-    else:
-        suite(data, out)
+    target = Path(out)
+    if target.suffix == ".png":
+        if len(https) != 1 or len(datas) != 1:
+            print("plot.py: one picture is drawn from one HTTP results file", file=sys.stderr)
+            return 2
+        single(https[0], target, paths[0].stem)
+        return 0
+    if https:
+        suite(https[0], target)
+    if ws:
+        ws_chart(ws, target)
+    if tls:
+        tls_chart(tls, target)
     return 0
 
 

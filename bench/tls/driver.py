@@ -12,7 +12,7 @@ Workloads (bench/tls/tls_load.cpp, an epoll + OpenSSL client on another CPU):
 Server CPU per request is utime+stime of the server's process tree (/proc/PID/stat) over the run divided by
 the requests answered; on a loaded machine the CPU ratios are the figures to read, req/s ratios hold on a
 quiet one. Peers come from the venvs of bench/http/driver.py (build/bench-peers/{uvicorn,granian};
-`--setup` makes them). Writes bench/results/DATE-tls-servers.md.
+`--setup` makes them). Writes bench/results/DATE-tls-servers.md and its runs as .json beside it.
 
     .venv/bin/python bench/tls/driver.py --setup        # once: the peers' venvs
     .venv/bin/python bench/tls/driver.py --duration 10 --rounds 3
@@ -211,6 +211,19 @@ def report(results: dict[tuple[str, str], list[Run]], keys: list[str], args: arg
     return "\n".join(lines) + "\n"
 
 
+def write_raw(path: Path, results: dict[tuple[str, str], list[Run]], load1: str) -> None:
+    """Every run (not only the median one of the table) as JSON beside the Markdown, for bench/http/plot.py."""
+    names = {w.key: w.name for w in WORKLOADS}
+    runs = [dict(vars(r), workload=names[r.workload], workload_key=r.workload, round=i,
+                 cpu_us_per_request=r.cpu_us_per_request)
+            for runs in results.values() for i, r in enumerate(runs)]
+    path.write_text(json.dumps({
+        "kind": "tls", "command": f".venv/bin/python bench/tls/driver.py {' '.join(sys.argv[1:])}".strip(),
+        "machine": common.machine(), "openssl": ssl.OPENSSL_VERSION,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(), "load_average_before": load1, "results": runs},
+        indent=1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--setup", action="store_true", help="make the peers' venvs and exit")
@@ -221,7 +234,8 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=18443)
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--load-cpu", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="default bench/results/DATE-tls-servers.md")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default bench/results/DATE-tls-servers.md (the runs go to the same name .json)")
     args = ap.parse_args()
     if args.setup:
         setup_peers()
@@ -250,6 +264,7 @@ def main() -> int:
     print(text)
     out = args.out or RESULTS / f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d}-tls-servers.md"
     out.write_text(text)
+    write_raw(out.with_suffix(".json"), results, load1)
     print(f"driver: wrote {out}")
     return 0
 
