@@ -185,6 +185,12 @@ struct connection {
   // The file the head-of-line response sends once `out` is written
   // (server_pathsend.cpp); the response finishes with its last byte.
   std::unique_ptr<file_part> file;
+  // Readiness of our own (conn_poller.hpp), plain connections only; set in
+  // open_connection, not by reset().
+  bool polled = false;        // registered in the server's set; reads never use Asio's waits
+  bool rd_ready = false;      // an edge not yet read to a short read or EAGAIN
+  bool rd_hup = false;        // the peer's FIN or an error was reported: read until it shows
+  bool ready_posted = false;  // a read for rd_ready is posted (take_polled)
 };
 
 inline bool has_body(const http::request_head& head) noexcept {
