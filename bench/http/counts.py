@@ -14,6 +14,9 @@ server CPU with bench/http/loadgen.cpp on the load CPU:
 
     python bench/http/counts.py --servers cadeloop,c-floor --tag counts-baseline
     python bench/http/counts.py --servers cadeloop --connections 1 --callgrind
+    python bench/http/counts.py --servers cadeloop-base,cadeloop --baseline ../old-checkout --tag ab
+
+--baseline names another checkout with its own .venv (an older build): its server is cadeloop-base.
 
 Writes bench/results/DATE-http-TAG.md and .json.
 """
@@ -102,7 +105,7 @@ def callgrind_ir(server_key: str, connections: int, args: argparse.Namespace) ->
     """User-space instructions per request: callgrind totals of a run of N and of 2N requests."""
     totals = []
     for n in (args.callgrind_requests, 2 * args.callgrind_requests):
-        server = servers(args.port)[server_key]
+        server = servers(args.port, args.baseline)[server_key]
         out = Path(f"/tmp/counts-callgrind-{n}.out")
         out.unlink(missing_ok=True)
         argv = [server.python, *server.argv] if server.python != server.argv[0] else server.argv
@@ -131,13 +134,14 @@ def main() -> int:
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--load-cpu", type=int, default=1)
     p.add_argument("--tag", default="counts")
+    p.add_argument("--baseline", type=Path, help="another checkout with its own .venv: the server cadeloop-base")
     args = p.parse_args()
     build_tools()
     report: dict = {"command": "python bench/http/counts.py " + " ".join(sys.argv[1:]), "machine": machine(),
                     "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
                     "loadavg": Path("/proc/loadavg").read_text().split()[:3], "servers": {}}
     for key in args.servers.split(","):
-        server = servers(args.port)[key]
+        server = servers(args.port, args.baseline)[key]
         entry: dict = {}
         for c in (int(x) for x in args.connections.split(",")):
             proc, error = start_server(server, args.port, args)
