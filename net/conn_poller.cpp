@@ -1,10 +1,8 @@
-// Readiness of plain connection sockets, tracked by the server itself: one
-// edge-triggered epoll set per I/O thread, nested in the io_context's
-// reactor. The set's wait is a reactor operation of ours (Boost 1.74's
-// detail interface): a read operation that may be tried speculatively is
-// queued without EPOLL_CTL_MOD, and it reports "exhausted" when one
-// epoll_wait took every event, so the next arming is free and the next
-// event on any connection wakes the reactor through the nested set.
+// Readiness of plain connection sockets, tracked by the server itself (see
+// conn_poller.hpp): the read wait on the socket's own reactor registration,
+// and the nested edge-triggered set for FINs. Both are reactor operations of
+// ours through Boost 1.74's detail interface: a read operation that may be
+// tried speculatively is queued without EPOLL_CTL_MOD.
 
 #include "conn_poller.hpp"
 
@@ -71,6 +69,85 @@ struct conn_poller::wait_op final : detail::reactor_op {
   std::array<epoll_event, max_events> events{};
 };
 
+namespace {
+
+// The socket's implementation inside Asio (its descriptor and its reactor
+// data), reached through a pointer to the protected member.
+struct socket_access : boost::asio::generic::stream_protocol::socket {
+  static auto& implementation(boost::asio::generic::stream_protocol::socket& s) {
+    constexpr auto member = &socket_access::impl_;
+    return (s.*member).get_implementation();
+  }
+};
+
+}  // namespace
+
+struct socket_read_wait::op final : detail::reactor_op {
+  op() : reactor_op{{}, &op::perform_wait, &op::finish} {}
+
+  // Only ever performed when the socket had an edge (from the reactor's
+  // events, or speculatively after one came while nothing was queued): the
+  // read that follows finds out what it brought. "Exhausted" makes the next
+  // start queue without trying.
+  static status perform_wait(reactor_op* /*base*/) { return done_and_exhausted; }
+
+  static void finish(void* scheduler, detail::scheduler_operation* base,
+                     const boost::system::error_code& /*ec*/, std::size_t /*bytes*/) {
+    auto* self = static_cast<op*>(base);
+    self->in_queue = false;
+    if (self->orphan) {
+      delete self;
+      return;
+    }
+    if (scheduler == nullptr || self->ec_) {
+      return;  // the io_context is going away, or the socket was closed
+    }
+    self->on_ready(self->ctx, self->key);
+  }
+
+  bool in_queue = false;
+  bool orphan = false;
+  handler on_ready = nullptr;
+  void* ctx = nullptr;
+  std::uint64_t key = 0;
+};
+
+void socket_read_wait::start(boost::asio::io_context& io,
+                             boost::asio::generic::stream_protocol::socket& s, handler on_ready,
+                             void* ctx, std::uint64_t key) {
+  if (op_ == nullptr) {
+    op_ = new op{};
+  }
+  if (op_->in_queue) {
+    return;
+  }
+  auto& impl = socket_access::implementation(s);
+  op_->on_ready = on_ready;
+  op_->ctx = ctx;
+  op_->key = key;
+  op_->ec_ = {};
+  op_->in_queue = true;
+  auto& reactor = boost::asio::use_service<detail::epoll_reactor>(io);
+  // A continuation: from inside a handler a completion joins the thread's
+  // own queue (no lock, no wake-up).
+  reactor.start_op(detail::epoll_reactor::read_op, impl.socket_, impl.reactor_data_, op_, true,
+                   true);
+}
+
+bool socket_read_wait::queued() const noexcept { return op_ != nullptr && op_->in_queue; }
+
+void socket_read_wait::release() noexcept {
+  if (op_ == nullptr) {
+    return;
+  }
+  if (op_->in_queue) {
+    op_->orphan = true;
+  } else {
+    delete op_;
+  }
+  op_ = nullptr;
+}
+
 conn_poller::conn_poller(boost::asio::io_context& io, handler on_events, void* ctx)
     : on_events_{on_events}, ctx_{ctx} {
   epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
@@ -116,7 +193,7 @@ bool conn_poller::add(int fd, std::uint64_t key) noexcept {
     return false;
   }
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+  ev.events = EPOLLRDHUP | EPOLLET;
   ev.data.u64 = key;
   return ::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) == 0;
 }

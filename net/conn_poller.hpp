@@ -1,11 +1,20 @@
 // Private to net/: readiness of plain connection sockets tracked by the
-// server itself. Each socket is registered once, edge-triggered, in an epoll
-// set of the I/O thread's own; that set is watched by the io_context's
-// reactor through one wait that is re-armed without a system call. Asio's
-// async_wait would instead re-arm the socket with EPOLL_CTL_MOD on every
-// read wait (docs/architecture.md, "Readiness of our own").
+// server itself, without Asio's EPOLL_CTL_MOD per read wait
+// (docs/architecture.md, "Readiness of our own"):
+//
+// - socket_read_wait: a read wait queued on the socket's own registration in
+//   the io_context's reactor (Boost 1.74's detail interface). Asio registers
+//   every socket edge-triggered; a read operation that may be tried
+//   speculatively is queued without epoll_ctl, and ours reports itself
+//   "exhausted" when it completes, so an edge that comes while none is queued
+//   makes the next one complete at once.
+// - conn_poller: one more edge-triggered epoll set per I/O thread, nested in
+//   the reactor, where each plain socket is registered once for EPOLLRDHUP
+//   only: a FIN that came with the last bytes shows there, since a short read
+//   of those bytes does not.
 #pragma once
 
+#include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include <sys/epoll.h>
@@ -15,6 +24,33 @@
 #include <span>
 
 namespace cadeloop::net {
+
+/// One connection slot's read wait. Owned by the connection record and
+/// reused by the slot's next connection, unless it is still queued when the
+/// socket closes: then it is left to the reactor, which completes it
+/// (aborted) or destroys it, and it frees itself.
+class socket_read_wait {
+ public:
+  /// Called when the wait completes on the I/O thread: `key` as given to start().
+  using handler = void (*)(void* ctx, std::uint64_t key);
+
+  socket_read_wait() = default;
+  socket_read_wait(const socket_read_wait&) = delete;
+  socket_read_wait& operator=(const socket_read_wait&) = delete;
+  ~socket_read_wait() { release(); }
+
+  /// Queues the wait on `s` (open, in `io`'s reactor); completes at once
+  /// (posted) when an edge came since the last completion.
+  void start(boost::asio::io_context& io, boost::asio::generic::stream_protocol::socket& s,
+             handler on_ready, void* ctx, std::uint64_t key);
+  [[nodiscard]] bool queued() const noexcept;
+  /// Before the socket closes: a queued wait is left to free itself.
+  void release() noexcept;
+
+ private:
+  struct op;
+  op* op_ = nullptr;
+};
 
 class conn_poller {
  public:
@@ -29,8 +65,9 @@ class conn_poller {
   conn_poller& operator=(const conn_poller&) = delete;
   ~conn_poller();
 
-  /// Registers `fd` (EPOLLIN | EPOLLRDHUP, edge-triggered) with `key` as its
-  /// events' data. Closing the socket removes it. False: not registered.
+  /// Registers `fd` (EPOLLRDHUP, edge-triggered: the peer's FIN, errors)
+  /// with `key` as its events' data. Closing the socket removes it. False:
+  /// not registered.
   bool add(int fd, std::uint64_t key) noexcept;
 
   /// Waits that ended with events (for tests and counters).

@@ -152,13 +152,10 @@ void http_server::impl::open_connection(socket_type peer, bool tcp) {
     return;
   }
   // Plain connections (WebSockets after their upgrade too) wait for
-  // readability in the server's own set; TLS keeps Asio's waits. The ADD
-  // reports bytes that came with the connection as a first edge.
+  // readability with waits of our own (conn_poller.hpp); TLS keeps Asio's.
   c.rd_ready = c.rd_hup = c.ready_posted = false;
   const connection_id id = c.id();
-  c.polled =
-      !c.tls.active() && poller_.add(c.socket->native_handle(),
-                                     (std::uint64_t{id.generation} << 32) | std::uint64_t{id.slot});
+  c.polled = !c.tls.active() && poller_.add(c.socket->native_handle(), key_of(id));
   settle(c);
 }
 

@@ -94,6 +94,7 @@ void http_server::impl::close_now(connection& c) {
     ws_release(c);
   }
   unlink_timer(c);
+  c.rwait.release();  // a queued wait is aborted by the close and frees itself
   if (c.socket) {
     error_code ec;
     c.socket->close(

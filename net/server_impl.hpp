@@ -167,10 +167,11 @@ class http_server::impl {
   // (the kernel's receive window then pushes back on the client).
   void arm_read(connection& c);
   void on_readable(connection_id id, const error_code& ec);
-  // (conn_poller.cpp's user, server_read.cpp) Plain connections: readiness
-  // from our own edge-triggered set; `rd_ready` remembers an edge until a
-  // short read (or EAGAIN) shows the socket drained.
+  // (conn_poller.hpp's user, server_read.cpp) Plain connections: readiness
+  // from a read wait of our own and FINs from our own set; `rd_ready`
+  // remembers an edge until a short read (or EAGAIN) shows the socket drained.
   static void on_polled(void* self, std::span<const epoll_event> events);
+  static void on_socket_ready(void* self, std::uint64_t key);
   void take_polled(connection_id id);
   void readable(connection& c);
 

@@ -28,9 +28,13 @@ void http_server::impl::arm_read(connection& c) {
   }
   const connection_id id = c.id();
   if (c.polled) {
-    if (c.rd_ready && !c.ready_posted) {
-      c.ready_posted = true;
-      asio::post(io_, [this, id] { take_polled(id); });
+    if (c.rd_ready) {
+      if (!c.ready_posted) {
+        c.ready_posted = true;
+        asio::post(io_, [this, id] { take_polled(id); });
+      }
+    } else {
+      c.rwait.start(io_, *c.socket, &impl::on_socket_ready, this, key_of(id));
     }
     return;
   }
@@ -51,22 +55,32 @@ void http_server::impl::on_readable(connection_id id, const error_code& ec) {
   readable(*c);
 }
 
+// An edge on the socket (the read wait completed), or the peer's FIN or an
+// error (from the server's set): read now if reading waits, else remember.
+// Keys carry the generation: an event for a closed connection whose slot
+// was reused names another generation and is dropped.
+void http_server::impl::on_socket_ready(void* self, std::uint64_t key) {
+  auto& s = *static_cast<impl*>(self);
+  const connection_id id{static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32)};
+  connection* c = s.lookup(id, true);
+  if (c == nullptr || !c->polled) {
+    return;
+  }
+  c->rd_ready = true;
+  if (c->read_armed && !c->ready_posted) {
+    c->read_armed = false;
+    s.readable(*c);
+  }
+}
+
 void http_server::impl::on_polled(void* self, std::span<const epoll_event> events) {
   auto& s = *static_cast<impl*>(self);
   for (const epoll_event& ev : events) {
     const connection_id id{static_cast<std::uint32_t>(ev.data.u64),
                            static_cast<std::uint32_t>(ev.data.u64 >> 32)};
-    connection* c = s.lookup(id, true);
-    if (c == nullptr || !c->polled) {
-      continue;  // closed since: a later connection in the slot has another generation
-    }
-    c->rd_ready = true;
-    if ((ev.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+    if (connection* c = s.lookup(id, true); c != nullptr && c->polled) {
       c->rd_hup = true;
-    }
-    if (c->read_armed && !c->ready_posted) {
-      c->read_armed = false;
-      s.readable(*c);
+      on_socket_ready(self, ev.data.u64);
     }
   }
 }

@@ -231,10 +231,6 @@ void io_thread::park() {
   // Blocks in epoll until a socket, a timer or the parker's eventfd is ready,
   // and runs that one handler.
   io_.run_one();
-  // A plain connection's bytes ready two reactor entries (the socket's own
-  // registration and the server's set, net/conn_poller.hpp): the second is
-  // queued by now, and running it here keeps one pass per wake.
-  io_.poll_one();
   if (wake_fired_) {
     after_wake_handlers();
   } else {
