@@ -134,7 +134,9 @@ void socket_read_wait::start(boost::asio::io_context& io,
                    true);
 }
 
-bool socket_read_wait::queued() const noexcept { return op_ != nullptr && op_->in_queue; }
+bool socket_read_wait::queued() const noexcept {
+  return op_ != nullptr && op_->in_queue;
+}
 
 void socket_read_wait::release() noexcept {
   if (op_ == nullptr) {

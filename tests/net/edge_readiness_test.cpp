@@ -101,4 +101,35 @@ TEST_F(edge_readiness_test, AFinThatCameWithTheLastBytesIsSeenAfterAShortRead) {
   EXPECT_EQ(server->connection_count(), 0u);
 }
 
+// Reading waits on an idle keep-alive connection when a request and the FIN
+// behind it arrive before the server looks: one readiness event for both.
+// The read of the request is short, yet the FIN must still be seen: once the
+// request is answered, the server closes.
+TEST_F(edge_readiness_test, AFinThatCameWithARequestOnAnIdleConnectionIsSeen) {
+  raw_client c{port};
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.send(get_request("/warm")));
+  ASSERT_TRUE(pump_until([&] { return sink.requests().size() == 1; }));
+  const connection_id conn = sink.requests().front().conn;
+  ASSERT_TRUE(answer(conn, 0));
+  ASSERT_TRUE(pump_until([&] {
+    c.poll();
+    return c.in == response_for(0);
+  }));
+  idle(20ms);  // reading waits again, for the next request
+  // Both arrive before the next pump.
+  ASSERT_TRUE(c.send(get_request("/and-bye")));
+  c.shutdown_write();
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(pump_until([&] { return sink.requests().size() == 2; }));
+  ASSERT_TRUE(answer(conn, 1));
+  ASSERT_TRUE(pump_until([&] {
+    c.poll();
+    return c.eof || c.reset;
+  })) << "the FIN that came with the request was never read; got: "
+      << c.in;
+  EXPECT_EQ(c.in, response_for(0) + response_for(1));
+  EXPECT_EQ(server->connection_count(), 0u);
+}
+
 }  // namespace
