@@ -15,9 +15,10 @@ namespace cadeloop::net {
 // Waits for readability rather than reading into a buffer: an idle
 // connection holds no read buffer, and not re-arming is how reading stops
 // (the kernel's receive window then pushes back on the client). A plain
-// connection waits in the server's own set (conn_poller.hpp) at no cost;
-// an edge seen while reading was paused is read at once, in a handler of
-// its own so settle() never recurses into a read.
+// connection's wait is one of ours on the socket's reactor registration,
+// armed without a system call (conn_poller.hpp); an edge seen while reading
+// was paused is read at once, in a handler of its own, so settle() never
+// recurses into a read.
 void http_server::impl::arm_read(connection& c) {
   if (c.read_armed) {
     return;
