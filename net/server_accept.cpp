@@ -151,6 +151,11 @@ void http_server::impl::open_connection(socket_type peer, bool tcp) {
     close_now(c);
     return;
   }
+  // Plain connections (WebSockets after their upgrade too) wait for
+  // readability with waits of our own (conn_poller.hpp); TLS keeps Asio's.
+  c.rd_ready = c.rd_hup = c.ready_posted = false;
+  const connection_id id = c.id();
+  c.polled = !c.tls.active() && poller_.add(c.socket->native_handle(), key_of(id));
   settle(c);
 }
 

@@ -94,6 +94,7 @@ void http_server::impl::close_now(connection& c) {
     ws_release(c);
   }
   unlink_timer(c);
+  c.rwait.release();  // a queued wait is aborted by the close and frees itself
   if (c.socket) {
     error_code ec;
     c.socket->close(
@@ -109,6 +110,7 @@ void http_server::impl::close_now(connection& c) {
   const bool tell = c.ever_dispatched && !c.disconnect_sent;
   give_buffer(c);
   c.reset(opt_.max_pipelined);
+  c.polled = c.rd_ready = c.rd_hup = c.ready_posted = false;
   c.phase = conn_phase::free;
   if (++c.generation == 0) {
     c.generation = 1;

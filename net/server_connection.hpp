@@ -3,6 +3,7 @@
 // small helpers the server's parts share.
 #pragma once
 
+#include "conn_poller.hpp"
 #include "fifo.hpp"
 #include "file_part.hpp"
 #include "tls_stream.hpp"
@@ -185,7 +186,19 @@ struct connection {
   // The file the head-of-line response sends once `out` is written
   // (server_pathsend.cpp); the response finishes with its last byte.
   std::unique_ptr<file_part> file;
+  // Readiness of our own (conn_poller.hpp), plain connections only; set in
+  // open_connection, not by reset().
+  bool polled = false;        // registered in the server's set; reads never use Asio's waits
+  bool rd_ready = false;      // an edge not yet read to a short read or EAGAIN
+  bool rd_hup = false;        // the peer's FIN or an error was reported: read until it shows
+  bool ready_posted = false;  // a read for rd_ready is posted (take_polled)
+  socket_read_wait rwait;     // queued while reading waits for an edge
 };
+
+// The data of a connection's readiness events: slot and generation.
+inline std::uint64_t key_of(connection_id id) noexcept {
+  return (std::uint64_t{id.generation} << 32) | std::uint64_t{id.slot};
+}
 
 inline bool has_body(const http::request_head& head) noexcept {
   switch (head.framing()) {

@@ -6,6 +6,7 @@
 // Every member runs on the server's I/O thread.
 #pragma once
 
+#include "conn_poller.hpp"
 #include "server_connection.hpp"
 
 #include <cadeloop/http/date_cache.hpp>
@@ -166,6 +167,13 @@ class http_server::impl {
   // (the kernel's receive window then pushes back on the client).
   void arm_read(connection& c);
   void on_readable(connection_id id, const error_code& ec);
+  // (conn_poller.hpp's user, server_read.cpp) Plain connections: readiness
+  // from a read wait of our own and FINs from our own set; `rd_ready`
+  // remembers an edge until a short read (or EAGAIN) shows the socket drained.
+  static void on_polled(void* self, std::span<const epoll_event> events);
+  static void on_socket_ready(void* self, std::uint64_t key);
+  void take_polled(connection_id id);
+  void readable(connection& c);
 
   // One non-blocking read and what follows from it (parsing, settling).
   void read_available(connection& c);
@@ -371,6 +379,9 @@ class http_server::impl {
   // The PEM of the server certificate of the context last seen.
   const void* tls_pem_ctx_ = nullptr;
   std::shared_ptr<const std::string> tls_server_pem_;
+
+  // Last: destroyed first, while the io_context it waits in is alive.
+  conn_poller poller_{io_, &impl::on_polled, this};
 };
 
 }  // namespace cadeloop::net

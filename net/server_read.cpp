@@ -4,6 +4,8 @@
 
 #include "server_impl.hpp"
 
+#include <sys/epoll.h>
+
 #include <cstring>
 #include <span>
 #include <utility>
@@ -12,7 +14,11 @@ namespace cadeloop::net {
 
 // Waits for readability rather than reading into a buffer: an idle
 // connection holds no read buffer, and not re-arming is how reading stops
-// (the kernel's receive window then pushes back on the client).
+// (the kernel's receive window then pushes back on the client). A plain
+// connection's wait is one of ours on the socket's reactor registration,
+// armed without a system call (conn_poller.hpp); an edge seen while reading
+// was paused is read at once, in a handler of its own, so settle() never
+// recurses into a read.
 void http_server::impl::arm_read(connection& c) {
   if (c.read_armed) {
     return;
@@ -22,6 +28,17 @@ void http_server::impl::arm_read(connection& c) {
     return;
   }
   const connection_id id = c.id();
+  if (c.polled) {
+    if (c.rd_ready) {
+      if (!c.ready_posted) {
+        c.ready_posted = true;
+        asio::post(io_, [this, id] { take_polled(id); });
+      }
+    } else {
+      c.rwait.start(io_, *c.socket, &impl::on_socket_ready, this, key_of(id));
+    }
+    return;
+  }
   c.socket->async_wait(asio::socket_base::wait_read,
                        [this, id](const error_code& ec) { on_readable(id, ec); });
 }
@@ -36,18 +53,90 @@ void http_server::impl::on_readable(connection_id id, const error_code& ec) {
     close_now(*c);
     return;
   }
-  if (c->phase == conn_phase::lingering) {
-    linger_read(*c);
+  readable(*c);
+}
+
+// An edge on the socket (the read wait completed), or the peer's FIN or an
+// error (from the server's set): read now if reading waits, else remember.
+// Keys carry the generation: an event for a closed connection whose slot
+// was reused names another generation and is dropped.
+void http_server::impl::on_socket_ready(void* self, std::uint64_t key) {
+  auto& s = *static_cast<impl*>(self);
+  const connection_id id{static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32)};
+  connection* c = s.lookup(id, true);
+  if (c == nullptr || !c->polled) {
     return;
   }
-  if (ws_active(*c)) {
-    ws_on_readable(*c);
+  c->rd_ready = true;
+  if (c->read_armed && !c->ready_posted) {
+    c->read_armed = false;
+    s.readable(*c);
+  }
+}
+
+void http_server::impl::on_polled(void* self, std::span<const epoll_event> events) {
+  auto& s = *static_cast<impl*>(self);
+  for (const epoll_event& ev : events) {
+    const connection_id id{static_cast<std::uint32_t>(ev.data.u64),
+                           static_cast<std::uint32_t>(ev.data.u64 >> 32)};
+    if (connection* c = s.lookup(id, true); c != nullptr && c->polled) {
+      c->rd_hup = true;
+      on_socket_ready(self, ev.data.u64);
+    }
+  }
+}
+
+void http_server::impl::take_polled(connection_id id) {
+  connection* c = lookup(id, true);
+  if (c == nullptr) {
     return;
   }
-  if (!want_read(*c)) {
+  c->ready_posted = false;
+  if (!c->read_armed || !c->rd_ready) {
+    return;
+  }
+  c->read_armed = false;
+  readable(*c);
+}
+
+void http_server::impl::readable(connection& c) {
+  if (c.phase == conn_phase::lingering) {
+    linger_read(c);
+    return;
+  }
+  if (ws_active(c)) {
+    if (!c.polled) {
+      ws_on_readable(c);
+      return;
+    }
+    // ws_on_readable reads at most once, into what is left of the buffer;
+    // the edge stays remembered unless that read came back short.
+    const ws_state& w = *c.ws;
+    const std::size_t room = c.rbuf ? opt_.read_buffer_size - c.rend : opt_.read_buffer_size;
+    if (room == 0 || c.read_eof || w.close_received ||
+        (!w.close_sent && w.queued >= opt_.ws.max_queue)) {
+      ws_on_readable(c);  // paused or full: no read, the edge is kept
+      return;
+    }
+    const connection_id id = c.id();
+    const std::uint64_t before = ctr_.bytes_in.get();
+    const bool hup = c.rd_hup;
+    c.rd_ready = false;
+    ws_on_readable(c);
+    connection* after = lookup(id, true);
+    if (after != nullptr && (hup || ctr_.bytes_in.get() - before == room)) {
+      after->rd_ready = true;
+      if (after->read_armed) {
+        after->read_armed = false;
+        arm_read(*after);
+      }
+    }
+    return;
+  }
+  if (!want_read(c)) {
     return;  // reading was paused after the wait was armed; settle() re-arms
   }
-  read_available(*c);
+  read_available(c);
 }
 
 // One non-blocking read and what follows from it (parsing, settling).
@@ -56,8 +145,11 @@ void http_server::impl::read_available(connection& c) {
     c.rbuf = take_buffer();
   }
   error_code read_ec;
-  const std::size_t n =
-      recv_some(c, c.rbuf.get() + c.rend, opt_.read_buffer_size - c.rend, read_ec);
+  const std::size_t room = opt_.read_buffer_size - c.rend;
+  const std::size_t n = recv_some(c, c.rbuf.get() + c.rend, room, read_ec);
+  // Edge-triggered: a short read or EAGAIN leaves nothing behind; a full
+  // buffer, or a FIN or error not yet seen, means reading again.
+  c.rd_ready = c.polled && !read_ec && (n == room || c.rd_hup);
   if (would_block(read_ec)) {
     settle(c);
     return;
@@ -83,6 +175,7 @@ void http_server::impl::read_available(connection& c) {
 void http_server::impl::linger_read(connection& c) {
   error_code ec;
   const std::size_t n = c.socket->read_some(asio::buffer(discard_.get(), discard_size), ec);
+  c.rd_ready = c.polled && !ec && (n == discard_size || c.rd_hup);
   if (would_block(ec)) {
     arm_read(c);
     return;

@@ -16,6 +16,10 @@ server CPU with bench/http/loadgen.cpp on the load CPU:
 
     python bench/http/counts.py --servers cadeloop,c-floor --tag counts-baseline
     python bench/http/counts.py --servers cadeloop --connections 1 --callgrind
+    python bench/http/counts.py --servers cadeloop-base,cadeloop --baseline ../old-checkout --tag ab
+    python bench/http/counts.py --servers cadeloop --connections 64 --pipeline 16 --tag pipelined
+
+--baseline names another checkout with its own .venv (an older build): its server is cadeloop-base.
 
 Writes bench/results/DATE-http-TAG.md and .json.
 """
@@ -37,9 +41,12 @@ from driver import RESULTS, TOOLS, WORKLOADS, build_tools, machine, servers, sta
 STRACE_LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:(\d+)\s+)?(\w+)\s*$")
 
 
+PIPELINE = 1  # --pipeline: requests each connection keeps in flight
+
+
 def loadgen(port: int, connections: int, cpu: int, duration: float, requests: int = 0) -> dict:
     argv = ["taskset", "-c", str(cpu), str(TOOLS / "loadgen"), "--port", str(port), "--connections",
-            str(connections), "--duration", str(duration), "--expect-length", "13"]
+            str(connections), "--duration", str(duration), "--expect-length", "13", "--pipeline", str(PIPELINE)]
     if requests:
         argv += ["--requests", str(requests)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 120)
@@ -144,7 +151,7 @@ def callgrind_ir(server_key: str, connections: int, args: argparse.Namespace) ->
     """User-space instructions per request: callgrind totals of a run of N and of 2N requests."""
     totals = []
     for n in (args.callgrind_requests, 2 * args.callgrind_requests):
-        server = servers(args.port)[server_key]
+        server = servers(args.port, args.baseline)[server_key]
         out = Path(f"/tmp/counts-callgrind-{n}.out")
         out.unlink(missing_ok=True)
         argv = [server.python, *server.argv] if server.python != server.argv[0] else server.argv
@@ -173,13 +180,17 @@ def main() -> int:
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--load-cpu", type=int, default=1)
     p.add_argument("--tag", default="counts")
+    p.add_argument("--baseline", type=Path, help="another checkout with its own .venv: the server cadeloop-base")
+    p.add_argument("--pipeline", type=int, default=1, help="requests each connection keeps in flight")
     args = p.parse_args()
+    global PIPELINE
+    PIPELINE = args.pipeline
     build_tools()
     report: dict = {"command": "python bench/http/counts.py " + " ".join(sys.argv[1:]), "machine": machine(),
                     "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
                     "loadavg": Path("/proc/loadavg").read_text().split()[:3], "servers": {}}
     for key in args.servers.split(","):
-        server = servers(args.port)[key]
+        server = servers(args.port, args.baseline)[key]
         entry: dict = {}
         for c in (int(x) for x in args.connections.split(",")):
             proc, error = start_server(server, args.port, args)
@@ -207,7 +218,8 @@ def write(report: dict, tag: str) -> None:
     lines = [f"# Per-request counts, plaintext, {report['date']}", "",
              f"- command: `{report['command']}`", f"- machine: {report['machine']}",
              f"- load average at the start: {' '.join(report['loadavg'])}",
-             "- server alone on its CPU, bench/http/loadgen.cpp on the other; `GET /` answered \"Hello, World!\"",
+             "- server alone on its CPU, bench/http/loadgen.cpp on the other; `GET /` answered \"Hello, World!\""
+             + (f", pipelined x{PIPELINE}" if PIPELINE > 1 else ""),
              "- strace -c -f attached to every thread: calls per request (strace slows the server: counts, not times)",
              "- perf stat (software events; this VM does not expose hardware counters such as instructions)", ""]
     for name, entry in report["servers"].items():
