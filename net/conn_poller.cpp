@@ -8,10 +8,18 @@
 
 #include <boost/asio/detail/epoll_reactor.hpp>
 #include <boost/asio/detail/reactor_op.hpp>
+#include <boost/version.hpp>
 
 #include <unistd.h>
 
 #include <array>
+
+// The operations below follow Asio's detail interface as Boost 1.74 (Debian
+// 12's libboost-dev, the one this project builds with) has it: another Boost
+// must be read against it before it is allowed here.
+#if BOOST_VERSION / 100 != 1074
+#error "net/conn_poller.cpp uses asio::detail::epoll_reactor as Boost 1.74 has it; check it against this Boost first"
+#endif
 
 #if !defined(BOOST_ASIO_HAS_EPOLL)
 #error "conn_poller needs Asio's epoll reactor"
