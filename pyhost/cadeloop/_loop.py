@@ -150,6 +150,52 @@ _CONNECTION_LOST_IS_ASYNCIOS = (
 )
 
 
+class _OwnMethod:
+    """A method of the transport itself, kept by name of its function in the
+    transport's dict: the transport is then no cycle (see _self_method)."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+
+
+def _self_method(name: str, default: Any, doc: str) -> property:
+    """An attribute asyncio sets to one of the transport's own bound methods
+    (_read_ready_cb, _write_ready). Stored bound, they would make each
+    transport a reference cycle that only the cycle collector frees; stored
+    as their function, the transport goes away with its last reference.
+    `default(self)` answers until asyncio's code assigns one."""
+    slot = "_cadeloop" + name
+
+    def get(self: Any) -> Any:
+        value = self.__dict__.get(slot, _OwnMethod)
+        if value is _OwnMethod:
+            return default(self)
+        if type(value) is _OwnMethod:
+            return value.func.__get__(self)
+        return value
+
+    def set_(self: Any, value: Any) -> None:
+        if getattr(value, "__self__", None) is self and hasattr(value, "__func__"):
+            value = _OwnMethod(value.__func__)
+        self.__dict__[slot] = value
+
+    return property(get, set_, doc=doc)
+
+
+def _default_read_ready_cb(self: Any) -> Any:
+    # What asyncio's set_protocol picks for the protocol.
+    if isinstance(self._protocol, protocols.BufferedProtocol):
+        return self._read_ready__get_buffer
+    return self._read_ready__data_received
+
+
+def _default_write_ready(self: Any) -> Any:
+    # What 3.13 asyncio's __init__ picks.
+    return self._write_sendmsg if selector_events._HAS_SENDMSG else self._write_send
+
+
 def _core_field(name: str, doc: str) -> property:
     def get(self: Any) -> Any:
         return getattr(self._core, name)
@@ -183,6 +229,9 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
     _high_water = _core_field("high_water", "write buffer high-water mark")
     _low_water = _core_field("low_water", "write buffer low-water mark")
     _empty_waiter = _core_field("empty_waiter", "sendfile's wait for an empty write buffer")
+    _read_ready_cb = _self_method("_read_ready_cb", _default_read_ready_cb, "the read path asyncio's _read_ready takes")
+    if _INIT_SETS_WRITE_READY:
+        _write_ready = _self_method("_write_ready", _default_write_ready, "what asyncio's writer callback calls")
 
     def __init__(self, loop: Loop, sock: socket.socket, protocol: Any, waiter: Any = None,
                  extra: Any = None, server: Any = None) -> None:
@@ -590,6 +639,32 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
         acceptor = _core.Acceptor(self, protocol_factory, sock, server, backlog, _SocketTransport,
                                   socket.socket, sock.family, sock.type, sock.proto, accepted_transport_plan(sock))
         self._add_reader(sock.fileno(), acceptor)
+
+    # Accepted transports are not in loop._transports (a weak reference each): the
+    # C++ fd table knows which transport owns an fd, from its creation to its
+    # connection_lost, and answers asyncio's "fd already used by a transport" check.
+    _cadeloop_sendfile_fds: set[int] | None = None
+
+    def _ensure_fd_no_transport(self, fd: Any) -> None:
+        super()._ensure_fd_no_transport(fd)  # the transports in loop._transports; validates fd
+        fileno = fd if isinstance(fd, int) else int(fd.fileno())
+        transport = self._fd_transport(fileno)
+        if transport is not None and not transport.is_closing() and fileno not in (self._cadeloop_sendfile_fds or ()):
+            raise RuntimeError(f"File descriptor {fd!r} is used by transport {transport!r}")
+
+    async def _sendfile_native(self, transp: Any, file: Any, offset: int, count: int | None) -> int:
+        # asyncio's takes the transport out of loop._transports while sock_sendfile
+        # uses its socket, and puts it back after.
+        fd = transp._sock_fd
+        if self._transports.get(fd) is not transp:
+            self._transports[fd] = transp
+        if self._cadeloop_sendfile_fds is None:
+            self._cadeloop_sendfile_fds = set()
+        self._cadeloop_sendfile_fds.add(fd)
+        try:
+            return await super()._sendfile_native(transp, file, offset, count)  # type: ignore[no-any-return]
+        finally:
+            self._cadeloop_sendfile_fds.discard(fd)
 
     def _cadeloop_accepts_natively(self, sock: socket.socket) -> bool:
         """A stream socket of a family the C++ accept loop knows, and asyncio's accept code not replaced."""

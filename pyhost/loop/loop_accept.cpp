@@ -213,21 +213,16 @@ bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, PyObject
   PyObject* fd_obj = PyLong_FromLong(fd);
   PyObject* write = PyObject_GetAttr(core, nm[nm_write]);
   PyObject* writelines = PyObject_GetAttr(core, nm[nm_writelines]);
-  PyObject* read_cb =
-      buffered < 0 ? nullptr
-                   : PyObject_GetAttr(self, nm[buffered ? nm_read_get_buffer : nm_read_data_received]);
-  ok = fd_obj != nullptr && write != nullptr && writelines != nullptr && read_cb != nullptr &&
+  ok = buffered >= 0 && fd_obj != nullptr && write != nullptr && writelines != nullptr &&
        PyDict_SetItem(dict, nm[nm_core], core) == 0 &&
        PyDict_SetItem(dict, nm[nm_write], write) == 0 &&
        PyDict_SetItem(dict, nm[nm_writelines], writelines) == 0 &&
-       PyDict_SetItem(dict, nm[nm_read_ready_cb], read_cb) == 0 &&
        PyDict_SetItem(dict, nm[nm_sock], conn) == 0 &&
        PyDict_SetItem(dict, nm[nm_sock_fd], fd_obj) == 0 &&
        PyDict_SetItem(dict, nm[nm_protocol], protocol) == 0 &&
        PyDict_SetItem(dict, nm[nm_protocol_connected], Py_True) == 0;
   Py_XDECREF(write);
   Py_XDECREF(writelines);
-  Py_XDECREF(read_cb);
   if (ok) {
     PyObject* r = PyObject_CallMethodObjArgs(core, nm[nm_set_protocol], protocol,
                                              buffered ? Py_True : Py_False, nullptr);
@@ -241,18 +236,11 @@ bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, PyObject
     ok = r != nullptr;
     Py_XDECREF(r);
   }
-  if (ok) {
-    PyObject* transports = PyObject_GetAttr(a->loop, nm[nm_transports]);
-    ok = transports != nullptr && PyObject_SetItem(transports, fd_obj, self) == 0;
-    Py_XDECREF(transports);
-  }
+  // Not in loop._transports: the fd table says which transport owns the fd
+  // (Loop._ensure_fd_no_transport, _fd_transport), with no weak reference.
   Py_XDECREF(fd_obj);
-  PyObject* write_ready = PyTuple_GET_ITEM(plan, plan_write_ready);
-  if (ok && write_ready != Py_None) {
-    PyObject* bound = PyObject_GetAttr(self, write_ready);
-    ok = bound != nullptr && PyDict_SetItem(dict, nm[nm_write_ready], bound) == 0;
-    Py_XDECREF(bound);
-  }
+  // _read_ready_cb and _write_ready are _SocketTransport's properties (bound
+  // methods of the transport in its own dict would make it a cycle).
   Py_DECREF(dict);
   if (ok && PyObject_IsTrue(PyTuple_GET_ITEM(plan, plan_nodelay))) {
     const int one = 1;

@@ -393,6 +393,8 @@ PyMethodDef loop_methods[] = {
     {"_sock_sendfile_native",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_sendfile_native)),
      METH_FASTCALL, nullptr},
+    // churn: accepted transports (loop_transport.cpp)
+    {"_fd_transport", loop_fd_transport, METH_O, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 

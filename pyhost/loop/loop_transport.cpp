@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "loop/loop_core.hpp"
+#include "loop/loop_methods.hpp"
 
 namespace cadeloop::pyhost::loop {
 
@@ -930,6 +931,40 @@ int flush_transports(loop_state& st) {
     Py_DECREF(o);
   }
   return rc;
+}
+
+namespace {
+
+/// The core that owns `fdo` in the loop's fd table, or nullptr (never raises).
+transport_object* fd_owner_core(PyObject* self, PyObject* fdo) {
+  if (!PyLong_Check(fdo)) {
+    return nullptr;
+  }
+  const long fd = PyLong_AsLong(fdo);
+  if (fd < 0) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  loop_state& st = state_of(self);
+  const auto i = static_cast<std::size_t>(fd);
+  if (st.released || i >= st.fds.size() || st.fds[i].transport == nullptr) {
+    return nullptr;
+  }
+  transport_object* t = as_transport(st.fds[i].transport);
+  return t->owner != nullptr ? t : nullptr;
+}
+
+}  // namespace
+
+bool fd_has_transport(PyObject* self, PyObject* fdo) {
+  return fd_owner_core(self, fdo) != nullptr;
+}
+
+/// _fd_transport(fd): the transport whose core owns fd in the loop's table
+/// (from its creation to its connection_lost), or None.
+PyObject* loop_fd_transport(PyObject* self, PyObject* fdo) {
+  transport_object* t = fd_owner_core(self, fdo);
+  return Py_NewRef(t != nullptr ? t->owner : Py_None);
 }
 
 }  // namespace cadeloop::pyhost::loop
