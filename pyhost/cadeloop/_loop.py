@@ -246,6 +246,9 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
         except BaseException:
             core.release()  # out of the loop's fd table; the caller closes the socket
             raise
+        if _CONNECTION_LOST_IS_ASYNCIOS and type(self) is _SocketTransport:
+            core.detach_transport = _ATTACH_TAKES_TRANSPORT
+            core.native_close = True
 
     def set_protocol(self, protocol: Any) -> None:
         core = self._core
@@ -327,6 +330,11 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         core = self._core
+        if core.native_close:
+            # The chain below, in C++ (loop_transport.cpp); a fatal read error
+            # (a reset) schedules it without this frame.
+            core.connection_lost(exc)
+            return
         # Out of the loop's fd table before asyncio closes the socket and the
         # fd number can be reused.
         core.unregister()
@@ -430,7 +438,8 @@ def accepted_transport_plan(listening: socket.socket) -> tuple[Any, ...] | None:
     Python __init__ calls. None (the ordinary constructor) if asyncio's code
     was replaced.
     """
-    if _accepted_init_chain() != _ACCEPTED_INIT_CHAIN or type(listening) is not socket.socket:
+    if (_accepted_init_chain() != _ACCEPTED_INIT_CHAIN or type(listening) is not socket.socket
+            or not _CONNECTION_LOST_IS_ASYNCIOS):
         return None
     # asyncio's _set_nodelay looks at the accepted socket, whose family, type and
     # proto are the listening socket's (the C++ accept loop makes it so).

@@ -313,6 +313,11 @@ PyObject* make_accepted_transport(acceptor_object* a, PyObject* conn, PyObject* 
     Py_DECREF(self);
     return nullptr;
   }
+  // connection_lost and fatal read errors in C++ (the plan is only made when
+  // asyncio's close path is the one _SocketTransport's does in one frame).
+  auto* tc = reinterpret_cast<transport_object*>(core);
+  tc->native_close = true;
+  tc->detach_transport = PyObject_IsTrue(PyTuple_GET_ITEM(a->plan, plan_attach_transport)) == 1;
   if (!fill_transport(a, self, core, conn, fd, protocol, peername)) {
     // Out of the loop's fd table; the caller closes the socket (asyncio's
     // __init__ raising, as cadeloop's _SocketTransport handles it).

@@ -60,12 +60,22 @@ int call_owner(transport_object* t, const char* name) {
   return rc;
 }
 
+int force_close(transport_object* t, PyObject* exc);
+
 /// An exception from the protocol or the socket: owner._fatal_error(exc, msg),
 /// as asyncio's transport reports it; SystemExit and KeyboardInterrupt leave
 /// the loop instead.
 int fatal_error(transport_object* t, const char* message) {
   if (must_stop_loop() || t->owner == nullptr) {
     return -1;
+  }
+  if (t->native_close && !state_of(t->loop).debug && PyErr_ExceptionMatches(PyExc_OSError)) {
+    // _SocketTransport._fatal_error: an OSError outside debug mode is only
+    // _force_close(exc); done here, connection_lost scheduled as C++.
+    PyObject* exc = take_exception();
+    const int rc = exc == nullptr ? -1 : force_close(t, exc);
+    Py_XDECREF(exc);
+    return rc;
   }
   PyObject* exc = take_exception();
   PyObject* owner = Py_NewRef(t->owner);
@@ -625,6 +635,205 @@ PyObject* transport_release(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// ------------------------------------------------------- the close path
+
+enum support_name : Py_ssize_t {
+  sn_protocol_connected,
+  sn_protocol,
+  sn_connection_lost,
+  sn_sock,
+  sn_close,
+  sn_loop,
+  sn_server,
+  sn_detach,
+  sn_set_exception,
+  sn_count
+};
+
+constexpr const char* support_text[sn_count] = {
+    "_protocol_connected", "_protocol", "connection_lost", "_sock",        "close",
+    "_loop",               "_server",   "_detach",         "set_exception"};
+
+/// The loop's tuple of the names the close path uses (made once). Borrowed.
+PyObject* close_names(loop_state& st) {
+  if (st.transport_support != nullptr) {
+    return st.transport_support;
+  }
+  PyObject* names = PyTuple_New(sn_count);
+  if (names == nullptr) {
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < sn_count; ++i) {
+    PyObject* n = PyUnicode_InternFromString(support_text[i]);
+    if (n == nullptr) {
+      Py_DECREF(names);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(names, i, n);
+  }
+  st.transport_support = names;
+  return names;
+}
+
+/// Raises `exc` (taken; an exception instance) again.
+void restore_exception(PyObject* exc) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(exc))), exc,
+                PyException_GetTraceback(exc));
+#endif
+}
+
+/// Sets `exc` (taken) as the current exception, with `context` (taken) as
+/// its __context__, as an exception raised in a finally block would have.
+void raise_with_context(PyObject* exc, PyObject* context) {
+  if (context != nullptr && exc != nullptr && exc != context) {
+    PyException_SetContext(exc, context);  // steals context
+  } else {
+    Py_XDECREF(context);
+  }
+  if (exc != nullptr) {
+    restore_exception(exc);
+  }
+}
+
+/// asyncio's _SelectorTransport._call_connection_lost's finally block: the
+/// socket closed, the transport's references dropped, the server told.
+bool close_and_detach(transport_object* t, PyObject* owner, PyObject* names) {
+  auto n = [names](support_name i) { return PyTuple_GET_ITEM(names, i); };
+  PyObject* sock = PyObject_GetAttr(owner, n(sn_sock));
+  PyObject* r = sock != nullptr ? PyObject_CallMethodNoArgs(sock, n(sn_close)) : nullptr;
+  Py_XDECREF(sock);
+  if (r == nullptr) {
+    return false;
+  }
+  Py_DECREF(r);
+  if (PyObject_SetAttr(owner, n(sn_sock), Py_None) < 0 ||
+      PyObject_SetAttr(owner, n(sn_protocol), Py_None) < 0 ||
+      PyObject_SetAttr(owner, n(sn_loop), Py_None) < 0) {
+    return false;
+  }
+  PyObject* server = PyObject_GetAttr(owner, n(sn_server));
+  if (server == nullptr) {
+    return false;
+  }
+  if (server != Py_None) {
+    r = t->detach_transport ? PyObject_CallMethodOneArg(server, n(sn_detach), owner)
+                            : PyObject_CallMethodNoArgs(server, n(sn_detach));
+    Py_DECREF(server);
+    if (r == nullptr) {
+      return false;
+    }
+    Py_DECREF(r);
+    return PyObject_SetAttr(owner, n(sn_server), Py_None) == 0;
+  }
+  Py_DECREF(server);
+  return true;
+}
+
+/// connection_lost(exc): _SocketTransport._call_connection_lost, i.e.
+/// asyncio's _SelectorSocketTransport and _SelectorTransport ones, in their
+/// order: out of the fd table, protocol.connection_lost(exc) if connected,
+/// the socket closed, server._detach, sendfile's waiter failed; then release().
+PyObject* transport_connection_lost(PyObject* self, PyObject* exc) {
+  transport_object* t = as_transport(self);
+  if (t->owner == nullptr) {
+    Py_RETURN_NONE;  // released already
+  }
+  PyObject* names = close_names(state_of(t->loop));
+  if (names == nullptr) {
+    return nullptr;
+  }
+  auto n = [names](support_name i) { return PyTuple_GET_ITEM(names, i); };
+  Py_INCREF(self);
+  PyObject* owner = Py_NewRef(t->owner);
+  detach(t);
+  bool ok = true;
+  PyObject* connected = PyObject_GetAttr(owner, n(sn_protocol_connected));
+  const int truth = connected != nullptr ? PyObject_IsTrue(connected) : -1;
+  Py_XDECREF(connected);
+  if (truth > 0) {
+    PyObject* protocol = PyObject_GetAttr(owner, n(sn_protocol));
+    PyObject* r = protocol != nullptr
+                      ? PyObject_CallMethodOneArg(protocol, n(sn_connection_lost), exc)
+                      : nullptr;
+    Py_XDECREF(protocol);
+    ok = r != nullptr;
+    Py_XDECREF(r);
+  } else if (truth < 0) {
+    ok = false;
+  }
+  PyObject* pending = ok ? nullptr : take_exception();
+  if (!close_and_detach(t, owner, names)) {
+    raise_with_context(take_exception(), pending);
+    ok = false;
+  } else if (pending != nullptr) {
+    restore_exception(pending);
+  }
+  if (ok && t->empty_waiter != nullptr) {
+    PyObject* waiter = Py_NewRef(t->empty_waiter);
+    PyObject* error = PyObject_CallFunction(PyExc_ConnectionError, "s",
+                                            "Connection is closed by peer");
+    PyObject* r = error != nullptr
+                      ? PyObject_CallMethodOneArg(waiter, n(sn_set_exception), error)
+                      : nullptr;
+    Py_XDECREF(error);
+    Py_DECREF(waiter);
+    ok = r != nullptr;
+    Py_XDECREF(r);
+  }
+  PyObject* failure = ok ? nullptr : take_exception();
+  PyObject* r = transport_release(self, nullptr);
+  Py_XDECREF(r);
+  Py_DECREF(owner);
+  Py_DECREF(self);
+  if (failure != nullptr) {
+    restore_exception(failure);
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef lost_def = {"_connection_lost", transport_connection_lost, METH_O,
+                        "connection_lost(exc) of a transport closed by a fatal error."};
+
+/// _SocketTransport._force_close(exc): the buffer dropped, reading stopped,
+/// connection_lost scheduled (the C++ one) in a copy of the current context.
+int force_close(transport_object* t, PyObject* exc) {
+  if (t->conn_lost != 0) {
+    return 0;
+  }
+  clear_chunks(t);
+  t->want_write = false;
+  t->closing = true;
+  t->want_read = false;
+  if (!apply(t)) {
+    return -1;
+  }
+  t->conn_lost += 1;
+  PyObject* callback = PyCFunction_New(&lost_def, reinterpret_cast<PyObject*>(t));
+  if (callback == nullptr) {
+    return -1;
+  }
+  loop_state& st = state_of(t->loop);
+  PyObject* argv[1] = {exc};
+  call_args ca;
+  ca.callback = callback;
+  ca.args = argv;
+  ca.nargs = 1;
+  PyObject* h = make_handle(t->loop, st, st.handle_type, ca);
+  Py_DECREF(callback);
+  if (h == nullptr) {
+    return -1;
+  }
+  if (!st.gil_xthread.empty() || !st.xthread.empty()) {
+    drain_xthread(st);
+  }
+  st.ready.push_back(h);
+  return 0;
+}
+
 /// flush(): one send of what is queued, now (at most one per pass still).
 PyObject* transport_flush_now(PyObject* self, PyObject*) {
   transport_object* t = as_transport(self);
@@ -730,6 +939,8 @@ PyMethodDef transport_methods[] = {
     {"flush", transport_flush_now, METH_NOARGS,
      "Send what is queued now (one send; a protocol switch)."},
     {"release", transport_release, METH_NOARGS, "Drop every reference; after connection_lost."},
+    {"connection_lost", transport_connection_lost, METH_O,
+     "_SocketTransport._call_connection_lost(exc), in C++ (native_close)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -751,6 +962,10 @@ PyGetSetDef transport_getsets[] = {
     {"buffer_size", get_size<&transport_object::buffered_bytes>, nullptr, nullptr, nullptr},
     {"empty_waiter", get_empty_waiter, set_empty_waiter, nullptr, nullptr},
     {"fd", get_fd, nullptr, nullptr, nullptr},
+    {"native_close", get_bool<&transport_object::native_close>,
+     set_bool<&transport_object::native_close>, nullptr, nullptr},
+    {"detach_transport", get_bool<&transport_object::detach_transport>,
+     set_bool<&transport_object::detach_transport>, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -861,6 +1076,8 @@ PyObject* new_transport(PyObject* loop, PyObject* owner, int fd) {
   t->closing = false;
   t->eof = false;
   t->protocol_paused = false;
+  t->native_close = false;
+  t->detach_transport = false;
   t->pending = 0;
   t->conn_lost = 0;
   t->high_water = 64 * 1024;
