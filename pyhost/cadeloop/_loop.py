@@ -196,6 +196,50 @@ def _default_write_ready(self: Any) -> Any:
     return self._write_sendmsg if selector_events._HAS_SENDMSG else self._write_send
 
 
+def _made_on_first_use(transport: Any, d: dict[str, Any]) -> None:
+    """The socket.socket of an accepted connection and its TransportSocket in
+    the extra info, which the C++ accept loop leaves until something asks
+    (_sock, _extra, get_extra_info): most connections never do."""
+    family, type_, proto = d.pop("_cadeloop_sockargs")
+    sock = d.get("_cadeloop_sock", _OwnMethod)
+    if sock is _OwnMethod:
+        sock = d["_cadeloop_sock"] = socket.socket(family, type_, proto, d["_sock_fd"])
+        wrapped = sock
+    else:
+        # Closed before anyone asked (_sock is None now): what asyncio's extra
+        # info holds by then, the TransportSocket of a closed socket.
+        wrapped = socket.socket(family, type_, proto)
+        wrapped.close()
+    extra = d["_cadeloop_extra"]
+    # asyncio's order: peername (from accept), socket, sockname.
+    d["_cadeloop_extra"] = {"peername": extra.pop("peername"), "socket": trsock.TransportSocket(wrapped),
+                            "sockname": extra.pop("sockname"), **extra}
+
+
+def _get_sock(self: Any) -> Any:
+    d = self.__dict__
+    sock = d.get("_cadeloop_sock", _OwnMethod)
+    if sock is _OwnMethod:
+        _made_on_first_use(self, d)
+        sock = d["_cadeloop_sock"]
+    return sock
+
+
+def _set_sock(self: Any, value: Any) -> None:
+    self.__dict__["_cadeloop_sock"] = value
+
+
+def _get_extra(self: Any) -> Any:
+    d = self.__dict__
+    if "_cadeloop_sockargs" in d:
+        _made_on_first_use(self, d)
+    return d["_cadeloop_extra"]
+
+
+def _set_extra(self: Any, value: Any) -> None:
+    self.__dict__["_cadeloop_extra"] = value
+
+
 def _core_field(name: str, doc: str) -> property:
     def get(self: Any) -> Any:
         return getattr(self._core, name)
@@ -229,6 +273,8 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
     _high_water = _core_field("high_water", "write buffer high-water mark")
     _low_water = _core_field("low_water", "write buffer low-water mark")
     _empty_waiter = _core_field("empty_waiter", "sendfile's wait for an empty write buffer")
+    _sock = property(_get_sock, _set_sock, doc="the socket.socket (an accepted connection's is made on first use)")
+    _extra = property(_get_extra, _set_extra, doc="get_extra_info's dict (see _made_on_first_use)")
     _read_ready_cb = _self_method("_read_ready_cb", _default_read_ready_cb, "the read path asyncio's _read_ready takes")
     if _INIT_SETS_WRITE_READY:
         _write_ready = _self_method("_write_ready", _default_write_ready, "what asyncio's writer callback calls")

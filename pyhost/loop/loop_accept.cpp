@@ -37,6 +37,9 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <deque>
+#include <new>
+#include <utility>
 
 #include "loop/loop_methods.hpp"
 
@@ -56,6 +59,10 @@ struct acceptor_object {
   PyObject* str_peername;      // interned "peername" (strong)
   PyObject* plan;              // the one-pass transport constructor's plan, or None (strong)
   PyObject* names[24];         // interned attribute names of that constructor (strong)
+  PyObject* sockargs;          // (family, type | SOCK_NONBLOCK, proto) of accepted sockets (strong)
+  // Accepted fds whose _connect has not run yet, oldest first (owned: closed
+  // if the acceptor goes away before their callback runs).
+  std::deque<int>* pending;
   int family;
   int type;
   int proto;
@@ -153,15 +160,15 @@ static_assert(nm_count == sizeof(acceptor_object::names) / sizeof(PyObject*));
 
 constexpr const char* name_text[nm_count] = {
     "_make_transport_core", "write",     "writelines", "_read_ready__get_buffer",
-    "_read_ready__data_received", "_read_ready_cb", "_sock", "_sock_fd",
+    "_read_ready__data_received", "_read_ready_cb", "_cadeloop_sockargs", "_sock_fd",
     "_protocol", "_protocol_connected", "set_protocol", "_server",
     "_attach", "_transports", "_write_ready", "call_soon",
-    "connection_made", "start_reading", "release", "_extra",
+    "connection_made", "start_reading", "release", "_cadeloop_extra",
     "_loop", "_core", "socket", "sockname"};
 
 /// Sets the attributes of a new transport, in asyncio's order, as its
 /// __init__ chain would (see accepted_transport_plan in _loop.py).
-bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, PyObject* conn, int fd,
+bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, int fd,
                     PyObject* protocol, PyObject* peername) {
   PyObject* const* nm = a->names;
   PyObject* plan = a->plan;
@@ -169,12 +176,9 @@ bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, PyObject
   if (extra == nullptr) {
     return false;
   }
+  // peername and sockname; _SocketTransport._extra adds "socket" (asyncio's
+  // TransportSocket of the socket.socket, both made on first use).
   bool ok = PyDict_SetItem(extra, a->str_peername, peername) == 0;
-  if (ok) {
-    PyObject* tsock = PyObject_CallOneArg(PyTuple_GET_ITEM(plan, plan_transport_socket), conn);
-    ok = tsock != nullptr && PyDict_SetItem(extra, nm[nm_socket], tsock) == 0;
-    Py_XDECREF(tsock);
-  }
   if (ok) {
     PyObject* sockname = PyTuple_GET_ITEM(plan, plan_sockname);
     if (sockname == Py_None) {
@@ -199,14 +203,12 @@ bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, PyObject
     ok = ok && PyDict_SetItem(extra, nm[nm_sockname], sockname) == 0;
     Py_XDECREF(sockname);
   }
-  ok = ok && PyObject_SetAttr(self, nm[nm_extra], extra) == 0 &&
-       PyObject_SetAttr(self, nm[nm_loop], a->loop) == 0;
+  PyObject* dict = ok ? PyObject_GenericGetDict(self, nullptr) : nullptr;
+  ok = dict != nullptr && PyDict_SetItem(dict, nm[nm_extra], extra) == 0 &&
+       PyObject_SetAttr(self, nm[nm_loop], a->loop) == 0;  // a slot of _FlowControlMixin
   Py_DECREF(extra);
   if (!ok) {
-    return false;
-  }
-  PyObject* dict = PyObject_GenericGetDict(self, nullptr);
-  if (dict == nullptr) {
+    Py_XDECREF(dict);
     return false;
   }
   const int buffered = PyObject_IsInstance(protocol, PyTuple_GET_ITEM(plan, plan_buffered));
@@ -217,7 +219,7 @@ bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, PyObject
        PyDict_SetItem(dict, nm[nm_core], core) == 0 &&
        PyDict_SetItem(dict, nm[nm_write], write) == 0 &&
        PyDict_SetItem(dict, nm[nm_writelines], writelines) == 0 &&
-       PyDict_SetItem(dict, nm[nm_sock], conn) == 0 &&
+       PyDict_SetItem(dict, nm[nm_sock], a->sockargs) == 0 &&
        PyDict_SetItem(dict, nm[nm_sock_fd], fd_obj) == 0 &&
        PyDict_SetItem(dict, nm[nm_protocol], protocol) == 0 &&
        PyDict_SetItem(dict, nm[nm_protocol_connected], Py_True) == 0;
@@ -288,12 +290,8 @@ void raise_again(PyObject* exc) {
 
 /// The transport of an accepted connection, made in one pass (the plan's
 /// class, not its __init__); nullptr with an exception if it could not be made.
-PyObject* make_accepted_transport(acceptor_object* a, PyObject* conn, PyObject* protocol,
+PyObject* make_accepted_transport(acceptor_object* a, int fd, PyObject* protocol,
                                   PyObject* peername) {
-  const int fd = PyObject_AsFileDescriptor(conn);
-  if (fd < 0) {
-    return nullptr;
-  }
   auto* cls = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(a->plan, plan_class));
   PyObject* no_args = PyTuple_New(0);
   if (no_args == nullptr) {
@@ -318,7 +316,7 @@ PyObject* make_accepted_transport(acceptor_object* a, PyObject* conn, PyObject* 
   auto* tc = reinterpret_cast<transport_object*>(core);
   tc->native_close = true;
   tc->detach_transport = PyObject_IsTrue(PyTuple_GET_ITEM(a->plan, plan_attach_transport)) == 1;
-  if (!fill_transport(a, self, core, conn, fd, protocol, peername)) {
+  if (!fill_transport(a, self, core, fd, protocol, peername)) {
     // Out of the loop's fd table; the caller closes the socket (asyncio's
     // __init__ raising, as cadeloop's _SocketTransport handles it).
     PyObject* exc = take_exception();
@@ -336,38 +334,110 @@ PyObject* make_accepted_transport(acceptor_object* a, PyObject* conn, PyObject* 
   return self;
 }
 
-/// _connect(conn, addr): one accepted connection, in its own context copy:
+/// socket.socket(family, type | SOCK_NONBLOCK, proto, fd): an accepted
+/// connection's socket object (non-blocking, no system call); it owns fd.
+PyObject* socket_object(acceptor_object* a, int fd) {
+  PyObject* fd_obj = PyLong_FromLong(fd);
+  if (fd_obj == nullptr) {
+    return nullptr;
+  }
+  PyObject* argv[4] = {PyTuple_GET_ITEM(a->sockargs, 0), PyTuple_GET_ITEM(a->sockargs, 1),
+                       PyTuple_GET_ITEM(a->sockargs, 2), fd_obj};
+  PyObject* conn = PyObject_Vectorcall(a->socket_type, argv, 4, nullptr);
+  Py_DECREF(fd_obj);
+  return conn;
+}
+
+/// An accepted fd no transport took: dropped as asyncio drops its socket
+/// object (closed by the object's finalizer, with its ResourceWarning).
+void drop_fd(acceptor_object* a, int fd) {
+  PyObject* exc = take_exception();
+  PyObject* conn = socket_object(a, fd);
+  if (conn == nullptr) {
+    PyErr_Clear();
+    ::close(fd);
+  } else {
+    Py_DECREF(conn);
+  }
+  raise_again(exc);
+}
+
+/// Takes fd out of the acceptor's pending fds; false if it is not there.
+bool take_pending(acceptor_object* a, int fd) {
+  std::deque<int>& q = *a->pending;
+  if (!q.empty() && q.front() == fd) {
+    q.pop_front();
+    return true;
+  }
+  for (auto it = q.begin(); it != q.end(); ++it) {
+    if (*it == fd) {
+      q.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+/// _connect(fd, addr): one accepted connection, in its own context copy:
 /// the protocol factory, then the transport (asyncio's order and context).
+/// The transport makes its socket.socket when something asks for it.
 PyObject* acceptor_connect(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   acceptor_object* a = as_acceptor(self);
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "_connect(conn, addr)");
+  if (nargs != 2 || !PyLong_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "_connect(fd, addr)");
+    return nullptr;
+  }
+  const long fd_long = PyLong_AsLong(args[0]);
+  if (fd_long == -1 && PyErr_Occurred()) {
+    return nullptr;
+  }
+  const int fd = static_cast<int>(fd_long);
+  if (!take_pending(a, fd)) {
+    PyErr_Format(PyExc_RuntimeError, "_connect(): fd %d is no connection this acceptor accepted",
+                 fd);
     return nullptr;
   }
   PyObject* protocol = PyObject_CallNoArgs(a->protocol_factory);
   if (protocol == nullptr) {
-    return creation_failed(a, nullptr, nullptr);
-  }
-  PyObject* extra = PyDict_New();
-  if (extra == nullptr || PyDict_SetItem(extra, a->str_peername, args[1]) < 0) {
-    Py_XDECREF(extra);
-    Py_DECREF(protocol);
-    return nullptr;
+    PyObject* r = creation_failed(a, nullptr, nullptr);
+    drop_fd(a, fd);
+    return r;
   }
   // _SocketTransport(loop, sock, protocol, waiter, extra, server): no waiter,
   // nothing awaits the connection (asyncio's waiter only resumed its task).
   PyObject* transport = nullptr;
   if (a->plan != Py_None) {
-    transport = make_accepted_transport(a, args[0], protocol, args[1]);
+    transport = make_accepted_transport(a, fd, protocol, args[1]);
+    if (transport == nullptr) {
+      PyObject* r = creation_failed(a, protocol, nullptr);
+      Py_DECREF(protocol);
+      drop_fd(a, fd);
+      return r;
+    }
   } else {
-    PyObject* call[6] = {a->loop, args[0], protocol, Py_None, extra, a->server};
+    PyObject* conn = socket_object(a, fd);
+    if (conn == nullptr) {
+      ::close(fd);
+      Py_DECREF(protocol);
+      return nullptr;
+    }
+    PyObject* extra = PyDict_New();
+    if (extra == nullptr || PyDict_SetItem(extra, a->str_peername, args[1]) < 0) {
+      Py_XDECREF(extra);
+      Py_DECREF(conn);
+      Py_DECREF(protocol);
+      return nullptr;
+    }
+    PyObject* call[6] = {a->loop, conn, protocol, Py_None, extra, a->server};
     transport = PyObject_Vectorcall(a->transport_type, call, 6, nullptr);
-  }
-  Py_DECREF(extra);
-  if (transport == nullptr) {
-    PyObject* r = creation_failed(a, protocol, nullptr);
-    Py_DECREF(protocol);
-    return r;
+    Py_DECREF(extra);
+    if (transport == nullptr) {
+      PyObject* r = creation_failed(a, protocol, nullptr);
+      Py_DECREF(protocol);
+      Py_DECREF(conn);  // closed by its finalizer, as asyncio's
+      return r;
+    }
+    Py_DECREF(conn);
   }
   Py_DECREF(transport);
   Py_DECREF(protocol);
@@ -378,7 +448,7 @@ PyMethodDef connect_def = {
     "_connect", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(acceptor_connect)),
     METH_FASTCALL, "One accepted connection: the protocol factory, then the transport."};
 
-/// Schedules _connect(conn, addr) in a copy of the current context.
+/// Schedules _connect(fd, addr) in a copy of the current context.
 bool schedule_connect(acceptor_object* a, loop_state& st, PyObject* conn, PyObject* addr) {
   PyObject* argv[2] = {conn, addr};
   call_args ca;
@@ -454,27 +524,27 @@ PyObject* acceptor_call(PyObject* self, PyObject*, PyObject*) {
       ::close(conn_fd);
       return nullptr;
     }
-    // socket.socket(family, type | SOCK_NONBLOCK, proto, fileno): a
-    // non-blocking socket object (timeout 0.0) without another system call.
-    PyObject* argv[4] = {PyLong_FromLong(a->family), PyLong_FromLong(a->type | SOCK_NONBLOCK),
-                         PyLong_FromLong(a->proto), PyLong_FromLong(conn_fd)};
-    PyObject* conn = nullptr;
-    if (argv[0] != nullptr && argv[1] != nullptr && argv[2] != nullptr && argv[3] != nullptr) {
-      conn = PyObject_Vectorcall(a->socket_type, argv, 4, nullptr);
-    }
-    for (PyObject* o : argv) {
-      Py_XDECREF(o);
-    }
+    PyObject* conn = PyLong_FromLong(conn_fd);
     if (conn == nullptr) {
       ::close(conn_fd);
       Py_DECREF(addr);
       return nullptr;
+    }
+    try {
+      a->pending->push_back(conn_fd);
+    } catch (const std::bad_alloc&) {
+      ::close(conn_fd);
+      Py_DECREF(conn);
+      Py_DECREF(addr);
+      return PyErr_NoMemory();
     }
     ++st.accepted;
     const bool ok = schedule_connect(a, st, conn, addr);
     Py_DECREF(conn);
     Py_DECREF(addr);
     if (!ok) {
+      take_pending(a, conn_fd);
+      ::close(conn_fd);
       return nullptr;
     }
   }
@@ -492,6 +562,7 @@ int acceptor_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(a->socket_type);
   Py_VISIT(a->connect);
   Py_VISIT(a->plan);
+  Py_VISIT(a->sockargs);
   return 0;
 }
 
@@ -499,6 +570,7 @@ int acceptor_clear(PyObject* self) {
   acceptor_object* a = as_acceptor(self);
   Py_CLEAR(a->connect);
   Py_CLEAR(a->plan);
+  Py_CLEAR(a->sockargs);
   Py_CLEAR(a->protocol_factory);
   Py_CLEAR(a->sock);
   Py_CLEAR(a->server);
@@ -515,6 +587,12 @@ void acceptor_dealloc(PyObject* self) {
   Py_CLEAR(as_acceptor(self)->str_peername);
   for (PyObject*& name : as_acceptor(self)->names) {
     Py_CLEAR(name);
+  }
+  if (std::deque<int>* pending = std::exchange(as_acceptor(self)->pending, nullptr)) {
+    for (const int fd : *pending) {
+      ::close(fd);  // accepted, but the loop went away before their _connect ran
+    }
+    delete pending;
   }
   tp->tp_free(self);
   Py_DECREF(tp);
@@ -577,6 +655,12 @@ PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
       Py_DECREF(self);
       return nullptr;
     }
+  }
+  a->pending = new (std::nothrow) std::deque<int>();
+  a->sockargs = Py_BuildValue("(iii)", family, sock_type | SOCK_NONBLOCK, proto);
+  if (a->pending == nullptr || a->sockargs == nullptr) {
+    Py_DECREF(self);
+    return a->sockargs == nullptr ? nullptr : PyErr_NoMemory();
   }
   a->family = family;
   a->type = sock_type;

@@ -10,6 +10,7 @@
 // only when something other than plain data happens.
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -647,12 +648,15 @@ enum support_name : Py_ssize_t {
   sn_server,
   sn_detach,
   sn_set_exception,
+  sn_own_sock,
+  sn_sockargs,
   sn_count
 };
 
 constexpr const char* support_text[sn_count] = {
     "_protocol_connected", "_protocol", "connection_lost", "_sock",        "close",
-    "_loop",               "_server",   "_detach",         "set_exception"};
+    "_loop",               "_server",   "_detach",         "set_exception",
+    "_cadeloop_sock",      "_cadeloop_sockargs"};
 
 /// The loop's tuple of the names the close path uses (made once). Borrowed.
 PyObject* close_names(loop_state& st) {
@@ -702,15 +706,39 @@ void raise_with_context(PyObject* exc, PyObject* context) {
 /// socket closed, the transport's references dropped, the server told.
 bool close_and_detach(transport_object* t, PyObject* owner, PyObject* names) {
   auto n = [names](support_name i) { return PyTuple_GET_ITEM(names, i); };
-  PyObject* sock = PyObject_GetAttr(owner, n(sn_sock));
-  PyObject* r = sock != nullptr ? PyObject_CallMethodNoArgs(sock, n(sn_close)) : nullptr;
-  Py_XDECREF(sock);
+  // _SocketTransport keeps its socket.socket in its dict as _cadeloop_sock (its
+  // _sock property); an accepted connection's is made on first use, and one
+  // never made is closed here as its fd.
+  PyObject* dict = PyObject_GenericGetDict(owner, nullptr);
+  if (dict == nullptr) {
+    return false;
+  }
+  PyObject* sock = PyDict_GetItemWithError(dict, n(sn_own_sock));  // borrowed
+  if (sock == nullptr && PyErr_Occurred()) {
+    Py_DECREF(dict);
+    return false;
+  }
+  PyObject* r = nullptr;
+  if (sock == nullptr && PyDict_GetItemWithError(dict, n(sn_sockargs)) != nullptr) {
+    ::close(t->fd);  // out of the fd table already (detach)
+    r = Py_NewRef(Py_None);
+  } else if (sock == nullptr) {
+    r = PyErr_Occurred() ? nullptr : PyObject_GetAttr(owner, n(sn_sock));  // AttributeError
+    Py_XDECREF(r);
+    r = nullptr;
+  } else {
+    Py_INCREF(sock);
+    r = PyObject_CallMethodNoArgs(sock, n(sn_close));
+    Py_DECREF(sock);
+  }
   if (r == nullptr) {
+    Py_DECREF(dict);
     return false;
   }
   Py_DECREF(r);
-  if (PyObject_SetAttr(owner, n(sn_sock), Py_None) < 0 ||
-      PyObject_SetAttr(owner, n(sn_protocol), Py_None) < 0 ||
+  const bool cleared = PyDict_SetItem(dict, n(sn_own_sock), Py_None) == 0;
+  Py_DECREF(dict);
+  if (!cleared || PyObject_SetAttr(owner, n(sn_protocol), Py_None) < 0 ||
       PyObject_SetAttr(owner, n(sn_loop), Py_None) < 0) {
     return false;
   }
