@@ -201,6 +201,9 @@ def _made_on_first_use(transport: Any, d: dict[str, Any]) -> None:
     the extra info, which the C++ accept loop leaves until something asks
     (_sock, _extra, get_extra_info): most connections never do."""
     family, type_, proto = d.pop("_cadeloop_sockargs")
+    core = d.get("_core")
+    if core is not None:
+        core.fd_private = False  # the fd is the socket object's too now
     sock = d.get("_cadeloop_sock", _OwnMethod)
     if sock is _OwnMethod:
         sock = d["_cadeloop_sock"] = socket.socket(family, type_, proto, d["_sock_fd"])
@@ -428,7 +431,10 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
         return waiter
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
-        core = self.__dict__.get("_core")
+        d = self.__dict__
+        if d.get("_cadeloop_sock", _OwnMethod) is None:
+            return  # closed: asyncio's __del__ has nothing to do once _sock is None
+        core = d.get("_core")
         if core is not None and self._sock is not None:
             core.unregister()
         super().__del__(_warn)

@@ -316,6 +316,7 @@ PyObject* make_accepted_transport(acceptor_object* a, int fd, PyObject* protocol
   auto* tc = reinterpret_cast<transport_object*>(core);
   tc->native_close = true;
   tc->detach_transport = PyObject_IsTrue(PyTuple_GET_ITEM(a->plan, plan_attach_transport)) == 1;
+  tc->fd_private = true;  // until _SocketTransport makes its socket.socket
   if (!fill_transport(a, self, core, fd, protocol, peername)) {
     // Out of the loop's fd table; the caller closes the socket (asyncio's
     // __init__ raising, as cadeloop's _SocketTransport handles it).

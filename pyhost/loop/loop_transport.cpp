@@ -760,6 +760,47 @@ bool close_and_detach(transport_object* t, PyObject* owner, PyObject* names) {
   return true;
 }
 
+/// Out of the fd table with no epoll_ctl, for an accepted fd that nothing
+/// but this transport has (no socket.socket made, no reader or writer
+/// handle): close_and_detach closes it, which takes it out of epoll. False
+/// (nothing done) otherwise.
+bool leave_quietly(transport_object* t, PyObject* owner, PyObject* names) {
+  if (!t->fd_private || !t->attached) {
+    return false;
+  }
+  loop_state& st = state_of(t->loop);
+  const auto i = static_cast<std::size_t>(t->fd);
+  if (i >= st.fds.size() || st.fds[i].transport != reinterpret_cast<PyObject*>(t) ||
+      st.fds[i].reader != nullptr || st.fds[i].writer != nullptr) {
+    return false;
+  }
+  PyObject* dict = PyObject_GenericGetDict(owner, nullptr);
+  if (dict == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool lazy = PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(names, sn_own_sock)) == nullptr &&
+                    !PyErr_Occurred() &&
+                    PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(names, sn_sockargs)) != nullptr;
+  Py_DECREF(dict);
+  if (!lazy) {
+    PyErr_Clear();
+    return false;
+  }
+  fd_entry& e = st.fds[i];
+  t->attached = false;
+  t->want_read = false;
+  t->want_write = false;
+  PyObject* mine = std::exchange(e.transport, nullptr);
+  --st.connections;
+  if (e.events != 0) {
+    e.events = 0;
+    --st.fds_registered;
+  }
+  Py_DECREF(mine);  // the caller holds the core too
+  return true;
+}
+
 /// connection_lost(exc): _SocketTransport._call_connection_lost, i.e.
 /// asyncio's _SelectorSocketTransport and _SelectorTransport ones, in their
 /// order: out of the fd table, protocol.connection_lost(exc) if connected,
@@ -776,7 +817,9 @@ PyObject* transport_connection_lost(PyObject* self, PyObject* exc) {
   auto n = [names](support_name i) { return PyTuple_GET_ITEM(names, i); };
   Py_INCREF(self);
   PyObject* owner = Py_NewRef(t->owner);
-  detach(t);
+  if (!leave_quietly(t, owner, names)) {
+    detach(t);
+  }
   bool ok = true;
   PyObject* connected = PyObject_GetAttr(owner, n(sn_protocol_connected));
   const int truth = connected != nullptr ? PyObject_IsTrue(connected) : -1;
@@ -836,7 +879,10 @@ int force_close(transport_object* t, PyObject* exc) {
   t->want_write = false;
   t->closing = true;
   t->want_read = false;
-  if (!apply(t)) {
+  // An fd only this transport has stays in epoll until connection_lost closes
+  // it, which takes it out with no epoll_ctl (a poll in between may report it
+  // again; nothing reads it).
+  if (!t->fd_private && !apply(t)) {
     return -1;
   }
   t->conn_lost += 1;
@@ -994,6 +1040,8 @@ PyGetSetDef transport_getsets[] = {
      set_bool<&transport_object::native_close>, nullptr, nullptr},
     {"detach_transport", get_bool<&transport_object::detach_transport>,
      set_bool<&transport_object::detach_transport>, nullptr, nullptr},
+    {"fd_private", get_bool<&transport_object::fd_private>,
+     set_bool<&transport_object::fd_private>, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -1106,6 +1154,7 @@ PyObject* new_transport(PyObject* loop, PyObject* owner, int fd) {
   t->protocol_paused = false;
   t->native_close = false;
   t->detach_transport = false;
+  t->fd_private = false;
   t->pending = 0;
   t->conn_lost = 0;
   t->high_water = 64 * 1024;
