@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import warnings
+import weakref
 from asyncio import base_events, constants, events, format_helpers, protocols, selector_events, transports, trsock
 from asyncio.log import logger
 from typing import Any, Coroutine, Iterator, Mapping, TypeVar
@@ -515,6 +516,35 @@ def accepted_transport_plan(listening: socket.socket) -> tuple[Any, ...] | None:
             protocols.BufferedProtocol)
 
 
+# asyncio's Server._attach/_detach as this Python has them (3.13: a WeakSet of the
+# transports; 3.11: a count), which the C++ accept loop and close path do
+# themselves for a server whose methods are these.
+_SERVER_METHODS = (base_events.Server._attach.__code__.co_names, base_events.Server._detach.__code__.co_names)
+_SERVER_METHODS_KNOWN = _SERVER_METHODS in {
+    (("_sockets", "_clients", "add"), ("_clients", "discard", "len", "_sockets", "_wakeup")),
+    (("_sockets", "_active_count"), ("_active_count", "_sockets", "_wakeup")),
+}
+_WEAKSET_KNOWN = (
+    weakref.WeakSet.add.__code__.co_names == ("_pending_removals", "_commit_removals", "data", "add", "ref", "_remove")
+    and weakref.WeakSet.discard.__code__.co_names == ("_pending_removals", "_commit_removals", "data", "discard", "ref")
+    and weakref.WeakSet.__len__.__code__.co_names == ("len", "data", "_pending_removals")
+)
+
+
+def _server_bookkeeping_is_asyncios(server: Any) -> bool:
+    """server._attach/_detach are asyncio's own, on the data they expect."""
+    if server is None or not _SERVER_METHODS_KNOWN:
+        return False
+    cls = type(server)
+    if (cls._attach is not base_events.Server._attach or cls._detach is not base_events.Server._detach
+            or getattr(server, "__dict__", {}).keys() & {"_attach", "_detach"}):
+        return False
+    if _ATTACH_TAKES_TRANSPORT:
+        clients = getattr(server, "_clients", None)
+        return _WEAKSET_KNOWN and type(clients) is weakref.WeakSet and type(clients.data) is set
+    return type(getattr(server, "_active_count", None)) is int
+
+
 # --- datagram transports (UDP) -----------------------------------------------------
 
 
@@ -698,7 +728,8 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
                                    ssl_handshake_timeout, ssl_shutdown_timeout)
             return
         acceptor = _core.Acceptor(self, protocol_factory, sock, server, backlog, _SocketTransport,
-                                  socket.socket, sock.family, sock.type, sock.proto, accepted_transport_plan(sock))
+                                  socket.socket, sock.family, sock.type, sock.proto, accepted_transport_plan(sock),
+                                  _server_bookkeeping_is_asyncios(server))
         self._add_reader(sock.fileno(), acceptor)
 
     # Accepted transports are not in loop._transports (a weak reference each): the

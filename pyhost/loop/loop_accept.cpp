@@ -67,6 +67,7 @@ struct acceptor_object {
   int type;
   int proto;
   Py_ssize_t backlog;
+  bool inline_server;  // the server's _attach/_detach are asyncio's (done in C++)
 };
 
 acceptor_object* as_acceptor(PyObject* o) {
@@ -232,11 +233,15 @@ bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, int fd,
     Py_XDECREF(r);
   }
   if (ok && a->server != Py_None) {
-    PyObject* r = PyObject_IsTrue(PyTuple_GET_ITEM(plan, plan_attach_transport))
-                      ? PyObject_CallMethodOneArg(a->server, nm[nm_attach], self)
-                      : PyObject_CallMethodNoArgs(a->server, nm[nm_attach]);
-    ok = r != nullptr;
-    Py_XDECREF(r);
+    const bool with_transport = PyObject_IsTrue(PyTuple_GET_ITEM(plan, plan_attach_transport)) == 1;
+    if (a->inline_server) {
+      ok = server_attach(a->loop, a->server, self, with_transport);
+    } else {
+      PyObject* r = with_transport ? PyObject_CallMethodOneArg(a->server, nm[nm_attach], self)
+                                   : PyObject_CallMethodNoArgs(a->server, nm[nm_attach]);
+      ok = r != nullptr;
+      Py_XDECREF(r);
+    }
   }
   // Not in loop._transports: the fd table says which transport owns the fd
   // (Loop._ensure_fd_no_transport, _fd_transport), with no weak reference.
@@ -317,6 +322,7 @@ PyObject* make_accepted_transport(acceptor_object* a, int fd, PyObject* protocol
   tc->native_close = true;
   tc->detach_transport = PyObject_IsTrue(PyTuple_GET_ITEM(a->plan, plan_attach_transport)) == 1;
   tc->fd_private = true;  // until _SocketTransport makes its socket.socket
+  tc->inline_server = a->inline_server;
   if (!fill_transport(a, self, core, fd, protocol, peername)) {
     // Out of the loop's fd table; the caller closes the socket (asyncio's
     // __init__ raising, as cadeloop's _SocketTransport handles it).
@@ -600,7 +606,7 @@ void acceptor_dealloc(PyObject* self) {
 }
 
 /// Acceptor(loop, protocol_factory, sock, server, backlog, transport_type,
-/// socket_type, family, type, proto[, plan]).
+/// socket_type, family, type, proto[, plan[, inline_server]]).
 PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   PyObject* loop = nullptr;
   PyObject* factory = nullptr;
@@ -613,12 +619,14 @@ PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   int sock_type = 0;
   int proto = 0;
   PyObject* plan = Py_None;
+  int inline_server = 0;
   if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
     PyErr_SetString(PyExc_TypeError, "Acceptor() takes positional arguments only");
     return nullptr;
   }
-  if (!PyArg_ParseTuple(args, "OOOOnOOiii|O", &loop, &factory, &sock, &server, &backlog,
-                        &transport_type, &socket_type, &family, &sock_type, &proto, &plan)) {
+  if (!PyArg_ParseTuple(args, "OOOOnOOiii|Op", &loop, &factory, &sock, &server, &backlog,
+                        &transport_type, &socket_type, &family, &sock_type, &proto, &plan,
+                        &inline_server)) {
     return nullptr;
   }
   if (plan != Py_None && (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != plan_size ||
@@ -663,6 +671,7 @@ PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     Py_DECREF(self);
     return a->sockargs == nullptr ? nullptr : PyErr_NoMemory();
   }
+  a->inline_server = inline_server != 0 && server != Py_None;
   a->family = family;
   a->type = sock_type;
   a->proto = proto;

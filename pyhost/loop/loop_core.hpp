@@ -99,6 +99,7 @@ struct transport_object {
   bool native_close;       // connection_lost and fatal read errors in C++ (transport_connection_lost)
   bool detach_transport;   // Server._detach(transport) (3.13), else Server._detach()
   bool fd_private;         // an accepted fd no socket.socket was made for (yet)
+  bool inline_server;      // its server's _attach/_detach are asyncio's: done in C++
   std::uint32_t pending;   // epoll events waiting in the ready queue
   std::uint64_t flushed_tick;  // the loop pass of the last send
   Py_ssize_t conn_lost;

@@ -109,6 +109,9 @@ PyObject* loop_fd_transport(PyObject* self, PyObject* fdo);
 /// True if a socket transport's core owns the fd `fdo` (an int) in the loop's
 /// table; false for anything else. Never raises.
 bool fd_has_transport(PyObject* self, PyObject* fdo);
+/// asyncio's Server._attach(transport) (3.13; with_transport) or _attach()
+/// (3.11), without their Python frames; false with an exception set.
+bool server_attach(PyObject* self, PyObject* server, PyObject* transport, bool with_transport);
 
 // --- loop_pass.cpp: one pass of the loop, spinning and parking, the source
 PyObject* loop_run_once(PyObject* self, PyObject* unused);

@@ -650,13 +650,23 @@ enum support_name : Py_ssize_t {
   sn_set_exception,
   sn_own_sock,
   sn_sockargs,
+  sn_sockets,
+  sn_clients,
+  sn_pending_removals,
+  sn_commit_removals,
+  sn_data,
+  sn_remove,
+  sn_active_count,
+  sn_wakeup,
   sn_count
 };
 
 constexpr const char* support_text[sn_count] = {
     "_protocol_connected", "_protocol", "connection_lost", "_sock",        "close",
     "_loop",               "_server",   "_detach",         "set_exception",
-    "_cadeloop_sock",      "_cadeloop_sockargs"};
+    "_cadeloop_sock",      "_cadeloop_sockargs", "_sockets",   "_clients",
+    "_pending_removals",   "_commit_removals",   "data",       "_remove",
+    "_active_count",       "_wakeup"};
 
 /// The loop's tuple of the names the close path uses (made once). Borrowed.
 PyObject* close_names(loop_state& st) {
@@ -700,6 +710,102 @@ void raise_with_context(PyObject* exc, PyObject* context) {
   if (exc != nullptr) {
     restore_exception(exc);
   }
+}
+
+/// WeakSet's own first step of add() and discard(): pending removals committed.
+bool commit_removals(PyObject* clients, PyObject* names) {
+  PyObject* pending = PyObject_GetAttr(clients, PyTuple_GET_ITEM(names, sn_pending_removals));
+  const int any = pending != nullptr ? PyObject_IsTrue(pending) : -1;
+  Py_XDECREF(pending);
+  if (any <= 0) {
+    return any == 0;
+  }
+  PyObject* r = PyObject_CallMethodNoArgs(clients, PyTuple_GET_ITEM(names, sn_commit_removals));
+  Py_XDECREF(r);
+  return r != nullptr;
+}
+
+/// server._clients.data (the WeakSet's set of weak references), committed.
+PyObject* client_refs(PyObject* server, PyObject* names, PyObject** clients_out) {
+  PyObject* clients = PyObject_GetAttr(server, PyTuple_GET_ITEM(names, sn_clients));
+  if (clients == nullptr || !commit_removals(clients, names)) {
+    Py_XDECREF(clients);
+    return nullptr;
+  }
+  PyObject* data = PyObject_GetAttr(clients, PyTuple_GET_ITEM(names, sn_data));
+  if (data != nullptr && !PySet_Check(data)) {
+    Py_CLEAR(data);
+    PyErr_SetString(PyExc_TypeError, "Server._clients.data is not a set");
+  }
+  if (data == nullptr) {
+    Py_DECREF(clients);
+    return nullptr;
+  }
+  *clients_out = clients;
+  return data;
+}
+
+/// asyncio's Server._detach(transport) (3.13) or _detach() (3.11).
+bool server_detach(transport_object* t, PyObject* server, PyObject* owner, PyObject* names) {
+  auto n = [names](support_name i) { return PyTuple_GET_ITEM(names, i); };
+  bool empty = false;
+  if (t->detach_transport) {
+    // self._clients.discard(transport); len(self._clients) == 0
+    PyObject* clients = nullptr;
+    PyObject* data = client_refs(server, names, &clients);
+    if (data == nullptr) {
+      return false;
+    }
+    PyObject* ref = PyWeakref_NewRef(owner, nullptr);
+    const int rc = ref != nullptr ? PySet_Discard(data, ref) : -1;
+    Py_XDECREF(ref);
+    PyObject* pending = rc >= 0 ? PyObject_GetAttr(clients, n(sn_pending_removals)) : nullptr;
+    const Py_ssize_t waiting = pending != nullptr ? PyObject_Length(pending) : -1;
+    Py_XDECREF(pending);
+    empty = waiting >= 0 && PySet_GET_SIZE(data) - waiting == 0;
+    Py_DECREF(data);
+    Py_DECREF(clients);
+    if (waiting < 0) {
+      return false;
+    }
+  } else {
+    // assert self._active_count > 0; self._active_count -= 1
+    PyObject* count = PyObject_GetAttr(server, n(sn_active_count));
+    if (count == nullptr) {
+      return false;
+    }
+    const long c = PyLong_AsLong(count);
+    Py_DECREF(count);
+    if (c == -1 && PyErr_Occurred()) {
+      return false;
+    }
+    if (c <= 0) {
+      PyErr_SetNone(PyExc_AssertionError);
+      return false;
+    }
+    PyObject* less = PyLong_FromLong(c - 1);
+    const int rc = less != nullptr ? PyObject_SetAttr(server, n(sn_active_count), less) : -1;
+    Py_XDECREF(less);
+    if (rc < 0) {
+      return false;
+    }
+    empty = c - 1 == 0;
+  }
+  if (!empty) {
+    return true;
+  }
+  PyObject* sockets = PyObject_GetAttr(server, n(sn_sockets));
+  if (sockets == nullptr) {
+    return false;
+  }
+  const bool stopped = sockets == Py_None;
+  Py_DECREF(sockets);
+  if (!stopped) {
+    return true;
+  }
+  PyObject* r = PyObject_CallMethodNoArgs(server, n(sn_wakeup));
+  Py_XDECREF(r);
+  return r != nullptr;
 }
 
 /// asyncio's _SelectorTransport._call_connection_lost's finally block: the
@@ -747,8 +853,12 @@ bool close_and_detach(transport_object* t, PyObject* owner, PyObject* names) {
     return false;
   }
   if (server != Py_None) {
-    r = t->detach_transport ? PyObject_CallMethodOneArg(server, n(sn_detach), owner)
-                            : PyObject_CallMethodNoArgs(server, n(sn_detach));
+    if (t->inline_server) {
+      r = server_detach(t, server, owner, names) ? Py_NewRef(Py_None) : nullptr;
+    } else {
+      r = t->detach_transport ? PyObject_CallMethodOneArg(server, n(sn_detach), owner)
+                              : PyObject_CallMethodNoArgs(server, n(sn_detach));
+    }
     Py_DECREF(server);
     if (r == nullptr) {
       return false;
@@ -1155,6 +1265,7 @@ PyObject* new_transport(PyObject* loop, PyObject* owner, int fd) {
   t->native_close = false;
   t->detach_transport = false;
   t->fd_private = false;
+  t->inline_server = false;
   t->pending = 0;
   t->conn_lost = 0;
   t->high_water = 64 * 1024;
@@ -1252,6 +1363,50 @@ transport_object* fd_owner_core(PyObject* self, PyObject* fdo) {
 
 bool fd_has_transport(PyObject* self, PyObject* fdo) {
   return fd_owner_core(self, fdo) != nullptr;
+}
+
+bool server_attach(PyObject* self, PyObject* server, PyObject* transport, bool with_transport) {
+  PyObject* names = close_names(state_of(self));
+  if (names == nullptr) {
+    return false;
+  }
+  // assert self._sockets is not None
+  PyObject* sockets = PyObject_GetAttr(server, PyTuple_GET_ITEM(names, sn_sockets));
+  if (sockets == nullptr) {
+    return false;
+  }
+  const bool stopped = sockets == Py_None;
+  Py_DECREF(sockets);
+  if (stopped) {
+    PyErr_SetNone(PyExc_AssertionError);
+    return false;
+  }
+  if (with_transport) {
+    // self._clients.add(transport): a weak reference with the WeakSet's callback
+    PyObject* clients = nullptr;
+    PyObject* data = client_refs(server, names, &clients);
+    if (data == nullptr) {
+      return false;
+    }
+    PyObject* remove = PyObject_GetAttr(clients, PyTuple_GET_ITEM(names, sn_remove));
+    PyObject* ref = remove != nullptr ? PyWeakref_NewRef(transport, remove) : nullptr;
+    const int rc = ref != nullptr ? PySet_Add(data, ref) : -1;
+    Py_XDECREF(ref);
+    Py_XDECREF(remove);
+    Py_DECREF(data);
+    Py_DECREF(clients);
+    return rc == 0;
+  }
+  // self._active_count += 1
+  PyObject* count = PyObject_GetAttr(server, PyTuple_GET_ITEM(names, sn_active_count));
+  PyObject* one = PyLong_FromLong(1);
+  PyObject* more = count != nullptr && one != nullptr ? PyNumber_Add(count, one) : nullptr;
+  Py_XDECREF(one);
+  Py_XDECREF(count);
+  const int rc =
+      more != nullptr ? PyObject_SetAttr(server, PyTuple_GET_ITEM(names, sn_active_count), more) : -1;
+  Py_XDECREF(more);
+  return rc == 0;
 }
 
 /// _fd_transport(fd): the transport whose core owns fd in the loop's table

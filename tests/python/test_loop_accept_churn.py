@@ -222,3 +222,39 @@ def test_closed_accepted_transport_goes_away_without_the_cycle_collector() -> No
         gc.enable()
     assert not in_weak_table and owner_known  # the C++ fd table answers for it, not loop._transports
     assert not alive  # freed by reference counting: no cycle through its own bound methods
+
+
+def server_bookkeeping_scenario() -> Scenario:
+    async def scenario(out: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        lost: list[asyncio.Future[Any]] = []
+
+        def factory() -> Keep:
+            lost.append(loop.create_future())
+            return Keep(out, loop.create_future(), lost[-1])
+
+        server = await loop.create_server(factory, "127.0.0.1", 0)
+        address = server.sockets[0].getsockname()
+        clients = [socket.create_connection(address) for _ in range(3)]
+        await asyncio.sleep(0.1)
+        if hasattr(server, "close_clients"):  # 3.13: the WeakSet server._attach fills
+            out.append(("clients", len(server._clients)))
+        server.close()
+        closed = asyncio.ensure_future(server.wait_closed())
+        for i, c in enumerate(clients):
+            await asyncio.sleep(0.05)
+            out.append(("wait_closed done", i, closed.done()))
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.close()
+            await asyncio.wait_for(lost[i], 10)
+            if hasattr(server, "close_clients"):
+                out.append(("clients", len(server._clients)))
+        await asyncio.wait_for(closed, 10)
+        out.append(("wait_closed done", "end", closed.done()))
+
+    return scenario
+
+
+def test_server_attach_detach_and_wait_closed_as_asyncio() -> None:
+    got = assert_same_as_asyncio(server_bookkeeping_scenario())
+    assert ("wait_closed done", 2, False) in got and ("wait_closed done", "end", True) in got
