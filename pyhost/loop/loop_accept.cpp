@@ -9,13 +9,20 @@
 // - accepts up to `backlog` connections with accept4(SOCK_NONBLOCK |
 //   SOCK_CLOEXEC) (asyncio's accept() then setblocking(False)), stopping at
 //   the first would-block, EINTR or ECONNABORTED, as asyncio does;
-// - makes each a socket.socket (non-blocking, no system call) and schedules,
-//   in a copy of the current context (as asyncio's create_task of
-//   _accept_connection2 copies it), one callback that calls the protocol
-//   factory and makes the transport (cadeloop's _SocketTransport, whose
-//   __init__ is asyncio's: server._attach(), TCP_NODELAY, connection_made
-//   scheduled, reading started). The callback is a plain callback, not a Task:
-//   no Task and no waiter future per connection;
+// - schedules for each, in a copy of the current context (as asyncio's
+//   create_task of _accept_connection2 copies it), one callback that calls
+//   the protocol factory and makes the transport (cadeloop's _SocketTransport,
+//   in one pass: what asyncio's __init__ chain sets, server._attach(),
+//   TCP_NODELAY, connection_made scheduled, reading started). The callback is
+//   a plain callback, not a Task: no Task and no waiter future per
+//   connection. The fd is the acceptor's until then (closed if the acceptor
+//   goes away first);
+// - makes no socket.socket: the transport makes it, and the TransportSocket
+//   of its extra info, when something asks (_SocketTransport._sock, _extra);
+//   a connection closed before that has its fd closed by the C++ close path
+//   (loop_transport.cpp), which also leaves epoll with the close. Accepted
+//   transports are not in loop._transports: the fd table tells which
+//   transport owns an fd (Loop._ensure_fd_no_transport);
 // - on EMFILE, ENFILE, ENOBUFS or ENOMEM calls back into Python
 //   (Loop._cadeloop_accept_paused): asyncio's exception-handler report, the
 //   reader removed, and _start_serving again after ACCEPT_RETRY_DELAY (and,
@@ -48,18 +55,17 @@ namespace cadeloop::pyhost::loop {
 namespace {
 
 struct acceptor_object {
-  PyObject_HEAD
-  PyObject* loop;              // the LoopCore (strong)
-  PyObject* protocol_factory;  // strong
-  PyObject* sock;              // the listening socket.socket (strong)
-  PyObject* server;            // asyncio.Server or None (strong)
-  PyObject* transport_type;    // cadeloop._loop._SocketTransport (strong)
-  PyObject* socket_type;       // socket.socket (strong)
-  PyObject* connect;           // this acceptor's _connect, bound once (strong; a cycle)
-  PyObject* str_peername;      // interned "peername" (strong)
-  PyObject* plan;              // the one-pass transport constructor's plan, or None (strong)
-  PyObject* names[24];         // interned attribute names of that constructor (strong)
-  PyObject* sockargs;          // (family, type | SOCK_NONBLOCK, proto) of accepted sockets (strong)
+  PyObject_HEAD PyObject* loop;  // the LoopCore (strong)
+  PyObject* protocol_factory;    // strong
+  PyObject* sock;                // the listening socket.socket (strong)
+  PyObject* server;              // asyncio.Server or None (strong)
+  PyObject* transport_type;      // cadeloop._loop._SocketTransport (strong)
+  PyObject* socket_type;         // socket.socket (strong)
+  PyObject* connect;             // this acceptor's _connect, bound once (strong; a cycle)
+  PyObject* str_peername;        // interned "peername" (strong)
+  PyObject* plan;                // the one-pass transport constructor's plan, or None (strong)
+  PyObject* names[18];           // interned attribute names of that constructor (strong)
+  PyObject* sockargs;  // (family, type | SOCK_NONBLOCK, proto) of accepted sockets (strong)
   // Accepted fds whose _connect has not run yet, oldest first (owned: closed
   // if the acceptor goes away before their callback runs).
   std::deque<int>* pending;
@@ -94,9 +100,9 @@ PyObject* creation_failed(acceptor_object* a, PyObject* protocol, PyObject* tran
   if (!state_of(a->loop).debug) {
     result = Py_NewRef(Py_None);
   } else {
-    PyObject* context = Py_BuildValue("{s:s,s:O}", "message",
-                                      "Error on transport creation for incoming connection",
-                                      "exception", exc != nullptr ? exc : Py_None);
+    PyObject* context =
+        Py_BuildValue("{s:s,s:O}", "message", "Error on transport creation for incoming connection",
+                      "exception", exc != nullptr ? exc : Py_None);
     if (context != nullptr && protocol != nullptr &&
         PyDict_SetItemString(context, "protocol", protocol) < 0) {
       Py_CLEAR(context);
@@ -133,18 +139,13 @@ enum name_item : std::size_t {
   nm_make_core,
   nm_write,
   nm_writelines,
-  nm_read_get_buffer,
-  nm_read_data_received,
-  nm_read_ready_cb,
-  nm_sock,
+  nm_sockargs,
   nm_sock_fd,
   nm_protocol,
   nm_protocol_connected,
   nm_set_protocol,
   nm_server,
   nm_attach,
-  nm_transports,
-  nm_write_ready,
   nm_call_soon,
   nm_connection_made,
   nm_start_reading,
@@ -152,25 +153,35 @@ enum name_item : std::size_t {
   nm_extra,
   nm_loop,
   nm_core,
-  nm_socket,
   nm_sockname,
   nm_count
 };
 
 static_assert(nm_count == sizeof(acceptor_object::names) / sizeof(PyObject*));
 
-constexpr const char* name_text[nm_count] = {
-    "_make_transport_core", "write",     "writelines", "_read_ready__get_buffer",
-    "_read_ready__data_received", "_read_ready_cb", "_cadeloop_sockargs", "_sock_fd",
-    "_protocol", "_protocol_connected", "set_protocol", "_server",
-    "_attach", "_transports", "_write_ready", "call_soon",
-    "connection_made", "start_reading", "release", "_cadeloop_extra",
-    "_loop", "_core", "socket", "sockname"};
+constexpr const char* name_text[nm_count] = {"_make_transport_core",
+                                             "write",
+                                             "writelines",
+                                             "_cadeloop_sockargs",
+                                             "_sock_fd",
+                                             "_protocol",
+                                             "_protocol_connected",
+                                             "set_protocol",
+                                             "_server",
+                                             "_attach",
+                                             "call_soon",
+                                             "connection_made",
+                                             "start_reading",
+                                             "release",
+                                             "_cadeloop_extra",
+                                             "_loop",
+                                             "_core",
+                                             "sockname"};
 
 /// Sets the attributes of a new transport, in asyncio's order, as its
 /// __init__ chain would (see accepted_transport_plan in _loop.py).
-bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, int fd,
-                    PyObject* protocol, PyObject* peername) {
+bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, int fd, PyObject* protocol,
+                    PyObject* peername) {
   PyObject* const* nm = a->names;
   PyObject* plan = a->plan;
   PyObject* extra = PyDict_New();
@@ -220,7 +231,7 @@ bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, int fd,
        PyDict_SetItem(dict, nm[nm_core], core) == 0 &&
        PyDict_SetItem(dict, nm[nm_write], write) == 0 &&
        PyDict_SetItem(dict, nm[nm_writelines], writelines) == 0 &&
-       PyDict_SetItem(dict, nm[nm_sock], a->sockargs) == 0 &&
+       PyDict_SetItem(dict, nm[nm_sockargs], a->sockargs) == 0 &&
        PyDict_SetItem(dict, nm[nm_sock_fd], fd_obj) == 0 &&
        PyDict_SetItem(dict, nm[nm_protocol], protocol) == 0 &&
        PyDict_SetItem(dict, nm[nm_protocol_connected], Py_True) == 0;
@@ -634,8 +645,8 @@ PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     PyErr_SetString(PyExc_TypeError, "Acceptor(): plan must be None or a 7-tuple");
     return nullptr;
   }
-  PyObject* core_type = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(loop)),
-                                               "_transport_type");
+  PyObject* core_type =
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(loop)), "_transport_type");
   if (core_type == nullptr) {
     return nullptr;  // not a LoopCore
   }

@@ -96,7 +96,7 @@ struct transport_object {
   bool closing;
   bool eof;                // write_eof() called
   bool protocol_paused;    // pause_writing() was called on the protocol
-  bool native_close;       // connection_lost and fatal read errors in C++ (transport_connection_lost)
+  bool native_close;       // connection_lost and fatal read errors in C++
   bool detach_transport;   // Server._detach(transport) (3.13), else Server._detach()
   bool fd_private;         // an accepted fd no socket.socket was made for (yet)
   bool inline_server;      // its server's _attach/_detach are asyncio's: done in C++

@@ -661,12 +661,25 @@ enum support_name : Py_ssize_t {
   sn_count
 };
 
-constexpr const char* support_text[sn_count] = {
-    "_protocol_connected", "_protocol", "connection_lost", "_sock",        "close",
-    "_loop",               "_server",   "_detach",         "set_exception",
-    "_cadeloop_sock",      "_cadeloop_sockargs", "_sockets",   "_clients",
-    "_pending_removals",   "_commit_removals",   "data",       "_remove",
-    "_active_count",       "_wakeup"};
+constexpr const char* support_text[sn_count] = {"_protocol_connected",
+                                                "_protocol",
+                                                "connection_lost",
+                                                "_sock",
+                                                "close",
+                                                "_loop",
+                                                "_server",
+                                                "_detach",
+                                                "set_exception",
+                                                "_cadeloop_sock",
+                                                "_cadeloop_sockargs",
+                                                "_sockets",
+                                                "_clients",
+                                                "_pending_removals",
+                                                "_commit_removals",
+                                                "data",
+                                                "_remove",
+                                                "_active_count",
+                                                "_wakeup"};
 
 /// The loop's tuple of the names the close path uses (made once). Borrowed.
 PyObject* close_names(loop_state& st) {
@@ -889,9 +902,10 @@ bool leave_quietly(transport_object* t, PyObject* owner, PyObject* names) {
     PyErr_Clear();
     return false;
   }
-  const bool lazy = PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(names, sn_own_sock)) == nullptr &&
-                    !PyErr_Occurred() &&
-                    PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(names, sn_sockargs)) != nullptr;
+  const bool lazy =
+      PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(names, sn_own_sock)) == nullptr &&
+      !PyErr_Occurred() &&
+      PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(names, sn_sockargs)) != nullptr;
   Py_DECREF(dict);
   if (!lazy) {
     PyErr_Clear();
@@ -954,11 +968,10 @@ PyObject* transport_connection_lost(PyObject* self, PyObject* exc) {
   }
   if (ok && t->empty_waiter != nullptr) {
     PyObject* waiter = Py_NewRef(t->empty_waiter);
-    PyObject* error = PyObject_CallFunction(PyExc_ConnectionError, "s",
-                                            "Connection is closed by peer");
-    PyObject* r = error != nullptr
-                      ? PyObject_CallMethodOneArg(waiter, n(sn_set_exception), error)
-                      : nullptr;
+    PyObject* error =
+        PyObject_CallFunction(PyExc_ConnectionError, "s", "Connection is closed by peer");
+    PyObject* r =
+        error != nullptr ? PyObject_CallMethodOneArg(waiter, n(sn_set_exception), error) : nullptr;
     Py_XDECREF(error);
     Py_DECREF(waiter);
     ok = r != nullptr;
@@ -1150,8 +1163,8 @@ PyGetSetDef transport_getsets[] = {
      set_bool<&transport_object::native_close>, nullptr, nullptr},
     {"detach_transport", get_bool<&transport_object::detach_transport>,
      set_bool<&transport_object::detach_transport>, nullptr, nullptr},
-    {"fd_private", get_bool<&transport_object::fd_private>,
-     set_bool<&transport_object::fd_private>, nullptr, nullptr},
+    {"fd_private", get_bool<&transport_object::fd_private>, set_bool<&transport_object::fd_private>,
+     nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -1403,8 +1416,9 @@ bool server_attach(PyObject* self, PyObject* server, PyObject* transport, bool w
   PyObject* more = count != nullptr && one != nullptr ? PyNumber_Add(count, one) : nullptr;
   Py_XDECREF(one);
   Py_XDECREF(count);
-  const int rc =
-      more != nullptr ? PyObject_SetAttr(server, PyTuple_GET_ITEM(names, sn_active_count), more) : -1;
+  const int rc = more != nullptr
+                     ? PyObject_SetAttr(server, PyTuple_GET_ITEM(names, sn_active_count), more)
+                     : -1;
   Py_XDECREF(more);
   return rc == 0;
 }
