@@ -238,10 +238,11 @@ bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, int fd, 
   Py_XDECREF(write);
   Py_XDECREF(writelines);
   if (ok) {
-    PyObject* r = PyObject_CallMethodObjArgs(core, nm[nm_set_protocol], protocol,
-                                             buffered ? Py_True : Py_False, nullptr);
-    ok = r != nullptr && PyDict_SetItem(dict, nm[nm_server], a->server) == 0;
-    Py_XDECREF(r);
+    // The core's set_protocol(protocol, buffered).
+    auto* tc = reinterpret_cast<transport_object*>(core);
+    Py_XSETREF(tc->protocol, Py_NewRef(protocol));
+    tc->buffered = buffered != 0;
+    ok = PyDict_SetItem(dict, nm[nm_server], a->server) == 0;
   }
   if (ok && a->server != Py_None) {
     const bool with_transport = PyObject_IsTrue(PyTuple_GET_ITEM(plan, plan_attach_transport)) == 1;
@@ -318,11 +319,10 @@ PyObject* make_accepted_transport(acceptor_object* a, int fd, PyObject* protocol
   if (self == nullptr) {
     return nullptr;
   }
-  PyObject* fd_obj = PyLong_FromLong(fd);
-  PyObject* core = fd_obj == nullptr ? nullptr
-                                     : PyObject_CallMethodObjArgs(a->loop, a->names[nm_make_core],
-                                                                  self, fd_obj, nullptr);
-  Py_XDECREF(fd_obj);
+  // The loop's _make_transport_core(self, fd).
+  PyObject* core = state_of(a->loop).closed
+                       ? PyErr_Format(PyExc_RuntimeError, "Event loop is closed")
+                       : new_transport(a->loop, self, fd);
   if (core == nullptr) {
     Py_DECREF(self);
     return nullptr;

@@ -135,6 +135,10 @@ int run_in(PyObject* ctx, Fn&& fn) {
 }
 
 void clear_chunks(transport_object* t) {
+  if (t->chunks == nullptr || t->chunks->empty()) {
+    t->buffered_bytes = 0;
+    return;
+  }
   // Taken out first: the deque is consistent before any object goes away.
   std::deque<write_chunk> gone;
   gone.swap(*t->chunks);
@@ -293,7 +297,7 @@ void consume(transport_object* t, std::size_t n) {
 /// One send of everything queued (up to max_iov chunks). Returns -1 only for
 /// what must stop the loop.
 int flush_one(loop_state& st, transport_object* t) {
-  if (t->chunks->empty() || t->conn_lost > 0 || !t->attached) {
+  if (t->chunks == nullptr || t->chunks->empty() || t->conn_lost > 0 || !t->attached) {
     return 0;
   }
   if (t->flushed_tick == st.ticks) {
@@ -382,6 +386,14 @@ int flush_one(loop_state& st, transport_object* t) {
 /// loop's flush list. Returns -1 with an exception set on failure.
 int enqueue(transport_object* t, PyObject* bytes) {
   const Py_ssize_t len = PyBytes_GET_SIZE(bytes);
+  if (t->chunks == nullptr) {  // made at the first write (most transports of a churn write nothing)
+    t->chunks = new (std::nothrow) std::deque<write_chunk>();
+    if (t->chunks == nullptr) {
+      Py_DECREF(bytes);
+      PyErr_NoMemory();
+      return -1;
+    }
+  }
   // asyncio's write() into an empty buffer sends at once and, if the socket
   // did not take it all, registers its writer handle with a copy of the
   // caller's context: what the flush calls back runs there.
@@ -1284,13 +1296,9 @@ PyObject* new_transport(PyObject* loop, PyObject* owner, int fd) {
   t->high_water = 64 * 1024;
   t->low_water = 16 * 1024;
   t->buffered_bytes = 0;
-  t->chunks = new (std::nothrow) std::deque<write_chunk>();
+  t->chunks = nullptr;  // made by the first write
   PyObject* o = reinterpret_cast<PyObject*>(t);
   PyObject_GC_Track(o);
-  if (t->chunks == nullptr) {
-    Py_DECREF(o);
-    return PyErr_NoMemory();
-  }
   if (!st.released) {
     fd_entry& e = st.fds[i];
     if (e.transport != nullptr) {
