@@ -257,4 +257,6 @@ def server_bookkeeping_scenario() -> Scenario:
 
 def test_server_attach_detach_and_wait_closed_as_asyncio() -> None:
     got = assert_same_as_asyncio(server_bookkeeping_scenario())
-    assert ("wait_closed done", 2, False) in got and ("wait_closed done", "end", True) in got
+    assert ("wait_closed done", "end", True) in got
+    if hasattr(asyncio.Server, "close_clients"):  # 3.13 (3.11's wait_closed returns once the server is closed)
+        assert ("wait_closed done", 2, False) in got and ("clients", 0) in got
