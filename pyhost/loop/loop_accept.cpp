@@ -64,7 +64,7 @@ struct acceptor_object {
   PyObject* connect;             // this acceptor's _connect, bound once (strong; a cycle)
   PyObject* str_peername;        // interned "peername" (strong)
   PyObject* plan;                // the one-pass transport constructor's plan, or None (strong)
-  PyObject* names[18];           // interned attribute names of that constructor (strong)
+  PyObject* names[16];           // interned attribute names of that constructor (strong)
   PyObject* sockargs;  // (family, type | SOCK_NONBLOCK, proto) of accepted sockets (strong)
   // Accepted fds whose _connect has not run yet, oldest first (owned: closed
   // if the acceptor goes away before their callback runs).
@@ -136,14 +136,12 @@ enum plan_item : Py_ssize_t {
 };
 
 enum name_item : std::size_t {
-  nm_make_core,
   nm_write,
   nm_writelines,
   nm_sockargs,
   nm_sock_fd,
   nm_protocol,
   nm_protocol_connected,
-  nm_set_protocol,
   nm_server,
   nm_attach,
   nm_call_soon,
@@ -159,24 +157,13 @@ enum name_item : std::size_t {
 
 static_assert(nm_count == sizeof(acceptor_object::names) / sizeof(PyObject*));
 
-constexpr const char* name_text[nm_count] = {"_make_transport_core",
-                                             "write",
-                                             "writelines",
-                                             "_cadeloop_sockargs",
-                                             "_sock_fd",
-                                             "_protocol",
-                                             "_protocol_connected",
-                                             "set_protocol",
-                                             "_server",
-                                             "_attach",
-                                             "call_soon",
-                                             "connection_made",
-                                             "start_reading",
-                                             "release",
-                                             "_cadeloop_extra",
-                                             "_loop",
-                                             "_core",
-                                             "sockname"};
+constexpr const char* name_text[nm_count] = {
+    "write",           "writelines",    "_cadeloop_sockargs",
+    "_sock_fd",        "_protocol",     "_protocol_connected",
+    "_server",         "_attach",       "call_soon",
+    "connection_made", "start_reading", "release",
+    "_cadeloop_extra", "_loop",         "_core",
+    "sockname"};
 
 /// Sets the attributes of a new transport, in asyncio's order, as its
 /// __init__ chain would (see accepted_transport_plan in _loop.py).
