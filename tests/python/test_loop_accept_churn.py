@@ -260,3 +260,41 @@ def test_server_attach_detach_and_wait_closed_as_asyncio() -> None:
     assert ("wait_closed done", "end", True) in got
     if hasattr(asyncio.Server, "close_clients"):  # 3.13 (3.11's wait_closed returns once the server is closed)
         assert ("wait_closed done", 2, False) in got and ("clients", 0) in got
+
+
+def test_connections_accepted_by_a_loop_closed_before_their_callback_leave_no_fd() -> None:
+    loop = cadeloop.Loop()
+    made: list[Any] = []
+    try:
+        server = loop.run_until_complete(loop.create_server(lambda: Keep(made, loop.create_future(),
+                                                                         loop.create_future()), "127.0.0.1", 0))
+        address = server.sockets[0].getsockname()
+        before = socket_inodes()
+        clients = [socket.create_connection(address) for _ in range(3)]
+        # One pass: the accept loop accepts all three and schedules their callbacks
+        # for the next pass, which never comes.
+        loop.stop()
+        loop.run_forever()
+        accepted = loop.stats()["accepted"]
+        server.close()
+    finally:
+        loop.close()
+    del server, loop
+    gc.collect()
+    new = socket_inodes() - before
+    mine = {os.fstat(c.fileno()).st_ino for c in clients}
+    for c in clients:
+        c.close()
+    assert accepted == 3 and made == []
+    assert new == mine  # the clients' own sockets; none of the three accepted ones is left open
+
+
+def socket_inodes() -> set[int]:
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                found.add(os.stat(f"/proc/self/fd/{name}").st_ino)
+        except OSError:
+            pass  # the listing's own fd
+    return found
