@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import warnings
+import weakref
 from asyncio import base_events, constants, events, format_helpers, protocols, selector_events, transports, trsock
 from asyncio.log import logger
 from typing import Any, Coroutine, Iterator, Mapping, TypeVar
@@ -150,6 +151,99 @@ _CONNECTION_LOST_IS_ASYNCIOS = (
 )
 
 
+class _OwnMethod:
+    """A method of the transport itself, kept by name of its function in the
+    transport's dict: the transport is then no cycle (see _self_method)."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+
+
+def _self_method(name: str, default: Any, doc: str) -> property:
+    """An attribute asyncio sets to one of the transport's own bound methods
+    (_read_ready_cb, _write_ready). Stored bound, they would make each
+    transport a reference cycle that only the cycle collector frees; stored
+    as their function, the transport goes away with its last reference.
+    `default(self)` answers until asyncio's code assigns one."""
+    slot = "_cadeloop" + name
+
+    def get(self: Any) -> Any:
+        value = self.__dict__.get(slot, _OwnMethod)
+        if value is _OwnMethod:
+            return default(self)
+        if type(value) is _OwnMethod:
+            return value.func.__get__(self)
+        return value
+
+    def set_(self: Any, value: Any) -> None:
+        if getattr(value, "__self__", None) is self and hasattr(value, "__func__"):
+            value = _OwnMethod(value.__func__)
+        self.__dict__[slot] = value
+
+    return property(get, set_, doc=doc)
+
+
+def _default_read_ready_cb(self: Any) -> Any:
+    # What asyncio's set_protocol picks for the protocol.
+    if isinstance(self._protocol, protocols.BufferedProtocol):
+        return self._read_ready__get_buffer
+    return self._read_ready__data_received
+
+
+def _default_write_ready(self: Any) -> Any:
+    # What 3.13 asyncio's __init__ picks.
+    return self._write_sendmsg if selector_events._HAS_SENDMSG else self._write_send
+
+
+def _made_on_first_use(transport: Any, d: dict[str, Any]) -> None:
+    """The socket.socket of an accepted connection and its TransportSocket in
+    the extra info, which the C++ accept loop leaves until something asks
+    (_sock, _extra, get_extra_info): most connections never do."""
+    family, type_, proto = d.pop("_cadeloop_sockargs")
+    core = d.get("_core")
+    if core is not None:
+        core.fd_private = False  # the fd is the socket object's too now
+    sock = d.get("_cadeloop_sock", _OwnMethod)
+    if sock is _OwnMethod:
+        sock = d["_cadeloop_sock"] = socket.socket(family, type_, proto, d["_sock_fd"])
+        wrapped = sock
+    else:
+        # Closed before anyone asked (_sock is None now): what asyncio's extra
+        # info holds by then, the TransportSocket of a closed socket.
+        wrapped = socket.socket(family, type_, proto)
+        wrapped.close()
+    extra = d["_cadeloop_extra"]
+    # asyncio's order: peername (from accept), socket, sockname.
+    d["_cadeloop_extra"] = {"peername": extra.pop("peername"), "socket": trsock.TransportSocket(wrapped),
+                            "sockname": extra.pop("sockname"), **extra}
+
+
+def _get_sock(self: Any) -> Any:
+    d = self.__dict__
+    sock = d.get("_cadeloop_sock", _OwnMethod)
+    if sock is _OwnMethod:
+        _made_on_first_use(self, d)
+        sock = d["_cadeloop_sock"]
+    return sock
+
+
+def _set_sock(self: Any, value: Any) -> None:
+    self.__dict__["_cadeloop_sock"] = value
+
+
+def _get_extra(self: Any) -> Any:
+    d = self.__dict__
+    if "_cadeloop_sockargs" in d:
+        _made_on_first_use(self, d)
+    return d["_cadeloop_extra"]
+
+
+def _set_extra(self: Any, value: Any) -> None:
+    self.__dict__["_cadeloop_extra"] = value
+
+
 def _core_field(name: str, doc: str) -> property:
     def get(self: Any) -> Any:
         return getattr(self._core, name)
@@ -183,6 +277,11 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
     _high_water = _core_field("high_water", "write buffer high-water mark")
     _low_water = _core_field("low_water", "write buffer low-water mark")
     _empty_waiter = _core_field("empty_waiter", "sendfile's wait for an empty write buffer")
+    _sock = property(_get_sock, _set_sock, doc="the socket.socket (an accepted connection's is made on first use)")
+    _extra = property(_get_extra, _set_extra, doc="get_extra_info's dict (see _made_on_first_use)")
+    _read_ready_cb = _self_method("_read_ready_cb", _default_read_ready_cb, "the read path asyncio's _read_ready takes")
+    if _INIT_SETS_WRITE_READY:
+        _write_ready = _self_method("_write_ready", _default_write_ready, "what asyncio's writer callback calls")
 
     def __init__(self, loop: Loop, sock: socket.socket, protocol: Any, waiter: Any = None,
                  extra: Any = None, server: Any = None) -> None:
@@ -197,6 +296,9 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
         except BaseException:
             core.release()  # out of the loop's fd table; the caller closes the socket
             raise
+        if _CONNECTION_LOST_IS_ASYNCIOS and type(self) is _SocketTransport:
+            core.detach_transport = _ATTACH_TAKES_TRANSPORT
+            core.native_close = True
 
     def set_protocol(self, protocol: Any) -> None:
         core = self._core
@@ -278,6 +380,11 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         core = self._core
+        if core.native_close:
+            # The chain below, in C++ (loop_transport.cpp); a fatal read error
+            # (a reset) schedules it without this frame.
+            core.connection_lost(exc)
+            return
         # Out of the loop's fd table before asyncio closes the socket and the
         # fd number can be reused.
         core.unregister()
@@ -325,7 +432,10 @@ class _SocketTransport(selector_events._SelectorSocketTransport):  # type: ignor
         return waiter
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
-        core = self.__dict__.get("_core")
+        d = self.__dict__
+        if d.get("_cadeloop_sock", _OwnMethod) is None:
+            return  # closed: asyncio's __del__ has nothing to do once _sock is None
+        core = d.get("_core")
         if core is not None and self._sock is not None:
             core.unregister()
         super().__del__(_warn)
@@ -381,7 +491,8 @@ def accepted_transport_plan(listening: socket.socket) -> tuple[Any, ...] | None:
     Python __init__ calls. None (the ordinary constructor) if asyncio's code
     was replaced.
     """
-    if _accepted_init_chain() != _ACCEPTED_INIT_CHAIN or type(listening) is not socket.socket:
+    if (_accepted_init_chain() != _ACCEPTED_INIT_CHAIN or type(listening) is not socket.socket
+            or not _CONNECTION_LOST_IS_ASYNCIOS):
         return None
     # asyncio's _set_nodelay looks at the accepted socket, whose family, type and
     # proto are the listening socket's (the C++ accept loop makes it so).
@@ -403,6 +514,35 @@ def accepted_transport_plan(listening: socket.socket) -> tuple[Any, ...] | None:
     write_ready = ("_write_sendmsg" if selector_events._HAS_SENDMSG else "_write_send") if _INIT_SETS_WRITE_READY else None
     return (_SocketTransport, trsock.TransportSocket, sockname, nodelay, _ATTACH_TAKES_TRANSPORT, write_ready,
             protocols.BufferedProtocol)
+
+
+# asyncio's Server._attach/_detach as this Python has them (3.13: a WeakSet of the
+# transports; 3.11: a count), which the C++ accept loop and close path do
+# themselves for a server whose methods are these.
+_SERVER_METHODS = (base_events.Server._attach.__code__.co_names, base_events.Server._detach.__code__.co_names)
+_SERVER_METHODS_KNOWN = _SERVER_METHODS in {
+    (("_sockets", "_clients", "add"), ("_clients", "discard", "len", "_sockets", "_wakeup")),
+    (("_sockets", "_active_count"), ("_active_count", "_sockets", "_wakeup")),
+}
+_WEAKSET_KNOWN = (
+    weakref.WeakSet.add.__code__.co_names == ("_pending_removals", "_commit_removals", "data", "add", "ref", "_remove")
+    and weakref.WeakSet.discard.__code__.co_names == ("_pending_removals", "_commit_removals", "data", "discard", "ref")
+    and weakref.WeakSet.__len__.__code__.co_names == ("len", "data", "_pending_removals")
+)
+
+
+def _server_bookkeeping_is_asyncios(server: Any) -> bool:
+    """server._attach/_detach are asyncio's own, on the data they expect."""
+    if server is None or not _SERVER_METHODS_KNOWN:
+        return False
+    cls = type(server)
+    if (cls._attach is not base_events.Server._attach or cls._detach is not base_events.Server._detach
+            or getattr(server, "__dict__", {}).keys() & {"_attach", "_detach"}):
+        return False
+    if _ATTACH_TAKES_TRANSPORT:
+        clients = getattr(server, "_clients", None)
+        return _WEAKSET_KNOWN and type(clients) is weakref.WeakSet and type(clients.data) is set
+    return type(getattr(server, "_active_count", None)) is int
 
 
 # --- datagram transports (UDP) -----------------------------------------------------
@@ -588,8 +728,35 @@ class Loop(_core.LoopCore, asyncio.SelectorEventLoop):  # type: ignore[misc,name
                                    ssl_handshake_timeout, ssl_shutdown_timeout)
             return
         acceptor = _core.Acceptor(self, protocol_factory, sock, server, backlog, _SocketTransport,
-                                  socket.socket, sock.family, sock.type, sock.proto, accepted_transport_plan(sock))
+                                  socket.socket, sock.family, sock.type, sock.proto, accepted_transport_plan(sock),
+                                  _server_bookkeeping_is_asyncios(server))
         self._add_reader(sock.fileno(), acceptor)
+
+    # Accepted transports are not in loop._transports (a weak reference each): the
+    # C++ fd table knows which transport owns an fd, from its creation to its
+    # connection_lost, and answers asyncio's "fd already used by a transport" check.
+    _cadeloop_sendfile_fds: set[int] | None = None
+
+    def _ensure_fd_no_transport(self, fd: Any) -> None:
+        super()._ensure_fd_no_transport(fd)  # the transports in loop._transports; validates fd
+        fileno = fd if isinstance(fd, int) else int(fd.fileno())
+        transport = self._fd_transport(fileno)
+        if transport is not None and not transport.is_closing() and fileno not in (self._cadeloop_sendfile_fds or ()):
+            raise RuntimeError(f"File descriptor {fd!r} is used by transport {transport!r}")
+
+    async def _sendfile_native(self, transp: Any, file: Any, offset: int, count: int | None) -> int:
+        # asyncio's takes the transport out of loop._transports while sock_sendfile
+        # uses its socket, and puts it back after.
+        fd = transp._sock_fd
+        if self._transports.get(fd) is not transp:
+            self._transports[fd] = transp
+        if self._cadeloop_sendfile_fds is None:
+            self._cadeloop_sendfile_fds = set()
+        self._cadeloop_sendfile_fds.add(fd)
+        try:
+            return await super()._sendfile_native(transp, file, offset, count)  # type: ignore[no-any-return]
+        finally:
+            self._cadeloop_sendfile_fds.discard(fd)
 
     def _cadeloop_accepts_natively(self, sock: socket.socket) -> bool:
         """A stream socket of a family the C++ accept loop knows, and asyncio's accept code not replaced."""

@@ -9,13 +9,20 @@
 // - accepts up to `backlog` connections with accept4(SOCK_NONBLOCK |
 //   SOCK_CLOEXEC) (asyncio's accept() then setblocking(False)), stopping at
 //   the first would-block, EINTR or ECONNABORTED, as asyncio does;
-// - makes each a socket.socket (non-blocking, no system call) and schedules,
-//   in a copy of the current context (as asyncio's create_task of
-//   _accept_connection2 copies it), one callback that calls the protocol
-//   factory and makes the transport (cadeloop's _SocketTransport, whose
-//   __init__ is asyncio's: server._attach(), TCP_NODELAY, connection_made
-//   scheduled, reading started). The callback is a plain callback, not a Task:
-//   no Task and no waiter future per connection;
+// - schedules for each, in a copy of the current context (as asyncio's
+//   create_task of _accept_connection2 copies it), one callback that calls
+//   the protocol factory and makes the transport (cadeloop's _SocketTransport,
+//   in one pass: what asyncio's __init__ chain sets, server._attach(),
+//   TCP_NODELAY, connection_made scheduled, reading started). The callback is
+//   a plain callback, not a Task: no Task and no waiter future per
+//   connection. The fd is the acceptor's until then (closed if the acceptor
+//   goes away first);
+// - makes no socket.socket: the transport makes it, and the TransportSocket
+//   of its extra info, when something asks (_SocketTransport._sock, _extra);
+//   a connection closed before that has its fd closed by the C++ close path
+//   (loop_transport.cpp), which also leaves epoll with the close. Accepted
+//   transports are not in loop._transports: the fd table tells which
+//   transport owns an fd (Loop._ensure_fd_no_transport);
 // - on EMFILE, ENFILE, ENOBUFS or ENOMEM calls back into Python
 //   (Loop._cadeloop_accept_paused): asyncio's exception-handler report, the
 //   reader removed, and _start_serving again after ACCEPT_RETRY_DELAY (and,
@@ -37,6 +44,9 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <deque>
+#include <new>
+#include <utility>
 
 #include "loop/loop_methods.hpp"
 
@@ -45,21 +55,25 @@ namespace cadeloop::pyhost::loop {
 namespace {
 
 struct acceptor_object {
-  PyObject_HEAD
-  PyObject* loop;              // the LoopCore (strong)
-  PyObject* protocol_factory;  // strong
-  PyObject* sock;              // the listening socket.socket (strong)
-  PyObject* server;            // asyncio.Server or None (strong)
-  PyObject* transport_type;    // cadeloop._loop._SocketTransport (strong)
-  PyObject* socket_type;       // socket.socket (strong)
-  PyObject* connect;           // this acceptor's _connect, bound once (strong; a cycle)
-  PyObject* str_peername;      // interned "peername" (strong)
-  PyObject* plan;              // the one-pass transport constructor's plan, or None (strong)
-  PyObject* names[24];         // interned attribute names of that constructor (strong)
+  PyObject_HEAD PyObject* loop;  // the LoopCore (strong)
+  PyObject* protocol_factory;    // strong
+  PyObject* sock;                // the listening socket.socket (strong)
+  PyObject* server;              // asyncio.Server or None (strong)
+  PyObject* transport_type;      // cadeloop._loop._SocketTransport (strong)
+  PyObject* socket_type;         // socket.socket (strong)
+  PyObject* connect;             // this acceptor's _connect, bound once (strong; a cycle)
+  PyObject* str_peername;        // interned "peername" (strong)
+  PyObject* plan;                // the one-pass transport constructor's plan, or None (strong)
+  PyObject* names[16];           // interned attribute names of that constructor (strong)
+  PyObject* sockargs;  // (family, type | SOCK_NONBLOCK, proto) of accepted sockets (strong)
+  // Accepted fds whose _connect has not run yet, oldest first (owned: closed
+  // if the acceptor goes away before their callback runs).
+  std::deque<int>* pending;
   int family;
   int type;
   int proto;
   Py_ssize_t backlog;
+  bool inline_server;  // the server's _attach/_detach are asyncio's (done in C++)
 };
 
 acceptor_object* as_acceptor(PyObject* o) {
@@ -86,9 +100,9 @@ PyObject* creation_failed(acceptor_object* a, PyObject* protocol, PyObject* tran
   if (!state_of(a->loop).debug) {
     result = Py_NewRef(Py_None);
   } else {
-    PyObject* context = Py_BuildValue("{s:s,s:O}", "message",
-                                      "Error on transport creation for incoming connection",
-                                      "exception", exc != nullptr ? exc : Py_None);
+    PyObject* context =
+        Py_BuildValue("{s:s,s:O}", "message", "Error on transport creation for incoming connection",
+                      "exception", exc != nullptr ? exc : Py_None);
     if (context != nullptr && protocol != nullptr &&
         PyDict_SetItemString(context, "protocol", protocol) < 0) {
       Py_CLEAR(context);
@@ -122,21 +136,14 @@ enum plan_item : Py_ssize_t {
 };
 
 enum name_item : std::size_t {
-  nm_make_core,
   nm_write,
   nm_writelines,
-  nm_read_get_buffer,
-  nm_read_data_received,
-  nm_read_ready_cb,
-  nm_sock,
+  nm_sockargs,
   nm_sock_fd,
   nm_protocol,
   nm_protocol_connected,
-  nm_set_protocol,
   nm_server,
   nm_attach,
-  nm_transports,
-  nm_write_ready,
   nm_call_soon,
   nm_connection_made,
   nm_start_reading,
@@ -144,7 +151,6 @@ enum name_item : std::size_t {
   nm_extra,
   nm_loop,
   nm_core,
-  nm_socket,
   nm_sockname,
   nm_count
 };
@@ -152,29 +158,26 @@ enum name_item : std::size_t {
 static_assert(nm_count == sizeof(acceptor_object::names) / sizeof(PyObject*));
 
 constexpr const char* name_text[nm_count] = {
-    "_make_transport_core", "write",     "writelines", "_read_ready__get_buffer",
-    "_read_ready__data_received", "_read_ready_cb", "_sock", "_sock_fd",
-    "_protocol", "_protocol_connected", "set_protocol", "_server",
-    "_attach", "_transports", "_write_ready", "call_soon",
-    "connection_made", "start_reading", "release", "_extra",
-    "_loop", "_core", "socket", "sockname"};
+    "write",           "writelines",    "_cadeloop_sockargs",
+    "_sock_fd",        "_protocol",     "_protocol_connected",
+    "_server",         "_attach",       "call_soon",
+    "connection_made", "start_reading", "release",
+    "_cadeloop_extra", "_loop",         "_core",
+    "sockname"};
 
 /// Sets the attributes of a new transport, in asyncio's order, as its
 /// __init__ chain would (see accepted_transport_plan in _loop.py).
-bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, PyObject* conn, int fd,
-                    PyObject* protocol, PyObject* peername) {
+bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, int fd, PyObject* protocol,
+                    PyObject* peername) {
   PyObject* const* nm = a->names;
   PyObject* plan = a->plan;
   PyObject* extra = PyDict_New();
   if (extra == nullptr) {
     return false;
   }
+  // peername and sockname; _SocketTransport._extra adds "socket" (asyncio's
+  // TransportSocket of the socket.socket, both made on first use).
   bool ok = PyDict_SetItem(extra, a->str_peername, peername) == 0;
-  if (ok) {
-    PyObject* tsock = PyObject_CallOneArg(PyTuple_GET_ITEM(plan, plan_transport_socket), conn);
-    ok = tsock != nullptr && PyDict_SetItem(extra, nm[nm_socket], tsock) == 0;
-    Py_XDECREF(tsock);
-  }
   if (ok) {
     PyObject* sockname = PyTuple_GET_ITEM(plan, plan_sockname);
     if (sockname == Py_None) {
@@ -199,60 +202,51 @@ bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, PyObject
     ok = ok && PyDict_SetItem(extra, nm[nm_sockname], sockname) == 0;
     Py_XDECREF(sockname);
   }
-  ok = ok && PyObject_SetAttr(self, nm[nm_extra], extra) == 0 &&
-       PyObject_SetAttr(self, nm[nm_loop], a->loop) == 0;
+  PyObject* dict = ok ? PyObject_GenericGetDict(self, nullptr) : nullptr;
+  ok = dict != nullptr && PyDict_SetItem(dict, nm[nm_extra], extra) == 0 &&
+       PyObject_SetAttr(self, nm[nm_loop], a->loop) == 0;  // a slot of _FlowControlMixin
   Py_DECREF(extra);
   if (!ok) {
-    return false;
-  }
-  PyObject* dict = PyObject_GenericGetDict(self, nullptr);
-  if (dict == nullptr) {
+    Py_XDECREF(dict);
     return false;
   }
   const int buffered = PyObject_IsInstance(protocol, PyTuple_GET_ITEM(plan, plan_buffered));
   PyObject* fd_obj = PyLong_FromLong(fd);
   PyObject* write = PyObject_GetAttr(core, nm[nm_write]);
   PyObject* writelines = PyObject_GetAttr(core, nm[nm_writelines]);
-  PyObject* read_cb =
-      buffered < 0 ? nullptr
-                   : PyObject_GetAttr(self, nm[buffered ? nm_read_get_buffer : nm_read_data_received]);
-  ok = fd_obj != nullptr && write != nullptr && writelines != nullptr && read_cb != nullptr &&
+  ok = buffered >= 0 && fd_obj != nullptr && write != nullptr && writelines != nullptr &&
        PyDict_SetItem(dict, nm[nm_core], core) == 0 &&
        PyDict_SetItem(dict, nm[nm_write], write) == 0 &&
        PyDict_SetItem(dict, nm[nm_writelines], writelines) == 0 &&
-       PyDict_SetItem(dict, nm[nm_read_ready_cb], read_cb) == 0 &&
-       PyDict_SetItem(dict, nm[nm_sock], conn) == 0 &&
+       PyDict_SetItem(dict, nm[nm_sockargs], a->sockargs) == 0 &&
        PyDict_SetItem(dict, nm[nm_sock_fd], fd_obj) == 0 &&
        PyDict_SetItem(dict, nm[nm_protocol], protocol) == 0 &&
        PyDict_SetItem(dict, nm[nm_protocol_connected], Py_True) == 0;
   Py_XDECREF(write);
   Py_XDECREF(writelines);
-  Py_XDECREF(read_cb);
   if (ok) {
-    PyObject* r = PyObject_CallMethodObjArgs(core, nm[nm_set_protocol], protocol,
-                                             buffered ? Py_True : Py_False, nullptr);
-    ok = r != nullptr && PyDict_SetItem(dict, nm[nm_server], a->server) == 0;
-    Py_XDECREF(r);
+    // The core's set_protocol(protocol, buffered).
+    auto* tc = reinterpret_cast<transport_object*>(core);
+    Py_XSETREF(tc->protocol, Py_NewRef(protocol));
+    tc->buffered = buffered != 0;
+    ok = PyDict_SetItem(dict, nm[nm_server], a->server) == 0;
   }
   if (ok && a->server != Py_None) {
-    PyObject* r = PyObject_IsTrue(PyTuple_GET_ITEM(plan, plan_attach_transport))
-                      ? PyObject_CallMethodOneArg(a->server, nm[nm_attach], self)
-                      : PyObject_CallMethodNoArgs(a->server, nm[nm_attach]);
-    ok = r != nullptr;
-    Py_XDECREF(r);
+    const bool with_transport = PyObject_IsTrue(PyTuple_GET_ITEM(plan, plan_attach_transport)) == 1;
+    if (a->inline_server) {
+      ok = server_attach(a->loop, a->server, self, with_transport);
+    } else {
+      PyObject* r = with_transport ? PyObject_CallMethodOneArg(a->server, nm[nm_attach], self)
+                                   : PyObject_CallMethodNoArgs(a->server, nm[nm_attach]);
+      ok = r != nullptr;
+      Py_XDECREF(r);
+    }
   }
-  if (ok) {
-    PyObject* transports = PyObject_GetAttr(a->loop, nm[nm_transports]);
-    ok = transports != nullptr && PyObject_SetItem(transports, fd_obj, self) == 0;
-    Py_XDECREF(transports);
-  }
+  // Not in loop._transports: the fd table says which transport owns the fd
+  // (Loop._ensure_fd_no_transport, _fd_transport), with no weak reference.
   Py_XDECREF(fd_obj);
-  PyObject* write_ready = PyTuple_GET_ITEM(plan, plan_write_ready);
-  if (ok && write_ready != Py_None) {
-    PyObject* bound = PyObject_GetAttr(self, write_ready);
-    ok = bound != nullptr && PyDict_SetItem(dict, nm[nm_write_ready], bound) == 0;
-    Py_XDECREF(bound);
-  }
+  // _read_ready_cb and _write_ready are _SocketTransport's properties (bound
+  // methods of the transport in its own dict would make it a cycle).
   Py_DECREF(dict);
   if (ok && PyObject_IsTrue(PyTuple_GET_ITEM(plan, plan_nodelay))) {
     const int one = 1;
@@ -300,12 +294,8 @@ void raise_again(PyObject* exc) {
 
 /// The transport of an accepted connection, made in one pass (the plan's
 /// class, not its __init__); nullptr with an exception if it could not be made.
-PyObject* make_accepted_transport(acceptor_object* a, PyObject* conn, PyObject* protocol,
+PyObject* make_accepted_transport(acceptor_object* a, int fd, PyObject* protocol,
                                   PyObject* peername) {
-  const int fd = PyObject_AsFileDescriptor(conn);
-  if (fd < 0) {
-    return nullptr;
-  }
   auto* cls = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(a->plan, plan_class));
   PyObject* no_args = PyTuple_New(0);
   if (no_args == nullptr) {
@@ -316,16 +306,22 @@ PyObject* make_accepted_transport(acceptor_object* a, PyObject* conn, PyObject* 
   if (self == nullptr) {
     return nullptr;
   }
-  PyObject* fd_obj = PyLong_FromLong(fd);
-  PyObject* core = fd_obj == nullptr ? nullptr
-                                     : PyObject_CallMethodObjArgs(a->loop, a->names[nm_make_core],
-                                                                  self, fd_obj, nullptr);
-  Py_XDECREF(fd_obj);
+  // The loop's _make_transport_core(self, fd).
+  PyObject* core = state_of(a->loop).closed
+                       ? PyErr_Format(PyExc_RuntimeError, "Event loop is closed")
+                       : new_transport(a->loop, self, fd);
   if (core == nullptr) {
     Py_DECREF(self);
     return nullptr;
   }
-  if (!fill_transport(a, self, core, conn, fd, protocol, peername)) {
+  // connection_lost and fatal read errors in C++ (the plan is only made when
+  // asyncio's close path is the one _SocketTransport's does in one frame).
+  auto* tc = reinterpret_cast<transport_object*>(core);
+  tc->native_close = true;
+  tc->detach_transport = PyObject_IsTrue(PyTuple_GET_ITEM(a->plan, plan_attach_transport)) == 1;
+  tc->fd_private = true;  // until _SocketTransport makes its socket.socket
+  tc->inline_server = a->inline_server;
+  if (!fill_transport(a, self, core, fd, protocol, peername)) {
     // Out of the loop's fd table; the caller closes the socket (asyncio's
     // __init__ raising, as cadeloop's _SocketTransport handles it).
     PyObject* exc = take_exception();
@@ -343,38 +339,110 @@ PyObject* make_accepted_transport(acceptor_object* a, PyObject* conn, PyObject* 
   return self;
 }
 
-/// _connect(conn, addr): one accepted connection, in its own context copy:
+/// socket.socket(family, type | SOCK_NONBLOCK, proto, fd): an accepted
+/// connection's socket object (non-blocking, no system call); it owns fd.
+PyObject* socket_object(acceptor_object* a, int fd) {
+  PyObject* fd_obj = PyLong_FromLong(fd);
+  if (fd_obj == nullptr) {
+    return nullptr;
+  }
+  PyObject* argv[4] = {PyTuple_GET_ITEM(a->sockargs, 0), PyTuple_GET_ITEM(a->sockargs, 1),
+                       PyTuple_GET_ITEM(a->sockargs, 2), fd_obj};
+  PyObject* conn = PyObject_Vectorcall(a->socket_type, argv, 4, nullptr);
+  Py_DECREF(fd_obj);
+  return conn;
+}
+
+/// An accepted fd no transport took: dropped as asyncio drops its socket
+/// object (closed by the object's finalizer, with its ResourceWarning).
+void drop_fd(acceptor_object* a, int fd) {
+  PyObject* exc = take_exception();
+  PyObject* conn = socket_object(a, fd);
+  if (conn == nullptr) {
+    PyErr_Clear();
+    ::close(fd);
+  } else {
+    Py_DECREF(conn);
+  }
+  raise_again(exc);
+}
+
+/// Takes fd out of the acceptor's pending fds; false if it is not there.
+bool take_pending(acceptor_object* a, int fd) {
+  std::deque<int>& q = *a->pending;
+  if (!q.empty() && q.front() == fd) {
+    q.pop_front();
+    return true;
+  }
+  for (auto it = q.begin(); it != q.end(); ++it) {
+    if (*it == fd) {
+      q.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+/// _connect(fd, addr): one accepted connection, in its own context copy:
 /// the protocol factory, then the transport (asyncio's order and context).
+/// The transport makes its socket.socket when something asks for it.
 PyObject* acceptor_connect(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   acceptor_object* a = as_acceptor(self);
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "_connect(conn, addr)");
+  if (nargs != 2 || !PyLong_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "_connect(fd, addr)");
+    return nullptr;
+  }
+  const long fd_long = PyLong_AsLong(args[0]);
+  if (fd_long == -1 && PyErr_Occurred()) {
+    return nullptr;
+  }
+  const int fd = static_cast<int>(fd_long);
+  if (!take_pending(a, fd)) {
+    PyErr_Format(PyExc_RuntimeError, "_connect(): fd %d is no connection this acceptor accepted",
+                 fd);
     return nullptr;
   }
   PyObject* protocol = PyObject_CallNoArgs(a->protocol_factory);
   if (protocol == nullptr) {
-    return creation_failed(a, nullptr, nullptr);
-  }
-  PyObject* extra = PyDict_New();
-  if (extra == nullptr || PyDict_SetItem(extra, a->str_peername, args[1]) < 0) {
-    Py_XDECREF(extra);
-    Py_DECREF(protocol);
-    return nullptr;
+    PyObject* r = creation_failed(a, nullptr, nullptr);
+    drop_fd(a, fd);
+    return r;
   }
   // _SocketTransport(loop, sock, protocol, waiter, extra, server): no waiter,
   // nothing awaits the connection (asyncio's waiter only resumed its task).
   PyObject* transport = nullptr;
   if (a->plan != Py_None) {
-    transport = make_accepted_transport(a, args[0], protocol, args[1]);
+    transport = make_accepted_transport(a, fd, protocol, args[1]);
+    if (transport == nullptr) {
+      PyObject* r = creation_failed(a, protocol, nullptr);
+      Py_DECREF(protocol);
+      drop_fd(a, fd);
+      return r;
+    }
   } else {
-    PyObject* call[6] = {a->loop, args[0], protocol, Py_None, extra, a->server};
+    PyObject* conn = socket_object(a, fd);
+    if (conn == nullptr) {
+      ::close(fd);
+      Py_DECREF(protocol);
+      return nullptr;
+    }
+    PyObject* extra = PyDict_New();
+    if (extra == nullptr || PyDict_SetItem(extra, a->str_peername, args[1]) < 0) {
+      Py_XDECREF(extra);
+      Py_DECREF(conn);
+      Py_DECREF(protocol);
+      return nullptr;
+    }
+    PyObject* call[6] = {a->loop, conn, protocol, Py_None, extra, a->server};
     transport = PyObject_Vectorcall(a->transport_type, call, 6, nullptr);
-  }
-  Py_DECREF(extra);
-  if (transport == nullptr) {
-    PyObject* r = creation_failed(a, protocol, nullptr);
-    Py_DECREF(protocol);
-    return r;
+    Py_DECREF(extra);
+    if (transport == nullptr) {
+      PyObject* r = creation_failed(a, protocol, nullptr);
+      Py_DECREF(protocol);
+      Py_DECREF(conn);  // closed by its finalizer, as asyncio's
+      return r;
+    }
+    Py_DECREF(conn);
   }
   Py_DECREF(transport);
   Py_DECREF(protocol);
@@ -385,7 +453,7 @@ PyMethodDef connect_def = {
     "_connect", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(acceptor_connect)),
     METH_FASTCALL, "One accepted connection: the protocol factory, then the transport."};
 
-/// Schedules _connect(conn, addr) in a copy of the current context.
+/// Schedules _connect(fd, addr) in a copy of the current context.
 bool schedule_connect(acceptor_object* a, loop_state& st, PyObject* conn, PyObject* addr) {
   PyObject* argv[2] = {conn, addr};
   call_args ca;
@@ -461,27 +529,27 @@ PyObject* acceptor_call(PyObject* self, PyObject*, PyObject*) {
       ::close(conn_fd);
       return nullptr;
     }
-    // socket.socket(family, type | SOCK_NONBLOCK, proto, fileno): a
-    // non-blocking socket object (timeout 0.0) without another system call.
-    PyObject* argv[4] = {PyLong_FromLong(a->family), PyLong_FromLong(a->type | SOCK_NONBLOCK),
-                         PyLong_FromLong(a->proto), PyLong_FromLong(conn_fd)};
-    PyObject* conn = nullptr;
-    if (argv[0] != nullptr && argv[1] != nullptr && argv[2] != nullptr && argv[3] != nullptr) {
-      conn = PyObject_Vectorcall(a->socket_type, argv, 4, nullptr);
-    }
-    for (PyObject* o : argv) {
-      Py_XDECREF(o);
-    }
+    PyObject* conn = PyLong_FromLong(conn_fd);
     if (conn == nullptr) {
       ::close(conn_fd);
       Py_DECREF(addr);
       return nullptr;
+    }
+    try {
+      a->pending->push_back(conn_fd);
+    } catch (const std::bad_alloc&) {
+      ::close(conn_fd);
+      Py_DECREF(conn);
+      Py_DECREF(addr);
+      return PyErr_NoMemory();
     }
     ++st.accepted;
     const bool ok = schedule_connect(a, st, conn, addr);
     Py_DECREF(conn);
     Py_DECREF(addr);
     if (!ok) {
+      take_pending(a, conn_fd);
+      ::close(conn_fd);
       return nullptr;
     }
   }
@@ -499,6 +567,7 @@ int acceptor_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(a->socket_type);
   Py_VISIT(a->connect);
   Py_VISIT(a->plan);
+  Py_VISIT(a->sockargs);
   return 0;
 }
 
@@ -506,6 +575,7 @@ int acceptor_clear(PyObject* self) {
   acceptor_object* a = as_acceptor(self);
   Py_CLEAR(a->connect);
   Py_CLEAR(a->plan);
+  Py_CLEAR(a->sockargs);
   Py_CLEAR(a->protocol_factory);
   Py_CLEAR(a->sock);
   Py_CLEAR(a->server);
@@ -523,12 +593,18 @@ void acceptor_dealloc(PyObject* self) {
   for (PyObject*& name : as_acceptor(self)->names) {
     Py_CLEAR(name);
   }
+  if (std::deque<int>* pending = std::exchange(as_acceptor(self)->pending, nullptr)) {
+    for (const int fd : *pending) {
+      ::close(fd);  // accepted, but the loop went away before their _connect ran
+    }
+    delete pending;
+  }
   tp->tp_free(self);
   Py_DECREF(tp);
 }
 
 /// Acceptor(loop, protocol_factory, sock, server, backlog, transport_type,
-/// socket_type, family, type, proto[, plan]).
+/// socket_type, family, type, proto[, plan[, inline_server]]).
 PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   PyObject* loop = nullptr;
   PyObject* factory = nullptr;
@@ -541,12 +617,14 @@ PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   int sock_type = 0;
   int proto = 0;
   PyObject* plan = Py_None;
+  int inline_server = 0;
   if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
     PyErr_SetString(PyExc_TypeError, "Acceptor() takes positional arguments only");
     return nullptr;
   }
-  if (!PyArg_ParseTuple(args, "OOOOnOOiii|O", &loop, &factory, &sock, &server, &backlog,
-                        &transport_type, &socket_type, &family, &sock_type, &proto, &plan)) {
+  if (!PyArg_ParseTuple(args, "OOOOnOOiii|Op", &loop, &factory, &sock, &server, &backlog,
+                        &transport_type, &socket_type, &family, &sock_type, &proto, &plan,
+                        &inline_server)) {
     return nullptr;
   }
   if (plan != Py_None && (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != plan_size ||
@@ -554,8 +632,8 @@ PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     PyErr_SetString(PyExc_TypeError, "Acceptor(): plan must be None or a 7-tuple");
     return nullptr;
   }
-  PyObject* core_type = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(loop)),
-                                               "_transport_type");
+  PyObject* core_type =
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(loop)), "_transport_type");
   if (core_type == nullptr) {
     return nullptr;  // not a LoopCore
   }
@@ -585,6 +663,13 @@ PyObject* acceptor_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
       return nullptr;
     }
   }
+  a->pending = new (std::nothrow) std::deque<int>();
+  a->sockargs = Py_BuildValue("(iii)", family, sock_type | SOCK_NONBLOCK, proto);
+  if (a->pending == nullptr || a->sockargs == nullptr) {
+    Py_DECREF(self);
+    return a->sockargs == nullptr ? nullptr : PyErr_NoMemory();
+  }
+  a->inline_server = inline_server != 0 && server != Py_None;
   a->family = family;
   a->type = sock_type;
   a->proto = proto;

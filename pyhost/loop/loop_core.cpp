@@ -266,6 +266,7 @@ int loop_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(st->tasks_module);
   Py_VISIT(st->source_owner);
   Py_VISIT(st->sock_support);
+  Py_VISIT(st->transport_support);
   Py_VISIT(st->signal_handlers);
   return 0;
 }
@@ -301,6 +302,7 @@ void loop_dealloc(PyObject* self) {
     Py_CLEAR(lo->state->tasks_module);
     Py_CLEAR(lo->state->task_factory);
     Py_CLEAR(lo->state->sock_support);
+    Py_CLEAR(lo->state->transport_support);
     delete std::exchange(lo->state, nullptr);
   }
   tp->tp_free(self);
@@ -393,6 +395,8 @@ PyMethodDef loop_methods[] = {
     {"_sock_sendfile_native",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(loop_sock_sendfile_native)),
      METH_FASTCALL, nullptr},
+    // churn: accepted transports (loop_transport.cpp)
+    {"_fd_transport", loop_fd_transport, METH_O, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 

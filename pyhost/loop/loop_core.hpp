@@ -96,6 +96,10 @@ struct transport_object {
   bool closing;
   bool eof;                // write_eof() called
   bool protocol_paused;    // pause_writing() was called on the protocol
+  bool native_close;       // connection_lost and fatal read errors in C++
+  bool detach_transport;   // Server._detach(transport) (3.13), else Server._detach()
+  bool fd_private;         // an accepted fd no socket.socket was made for (yet)
+  bool inline_server;      // its server's _attach/_detach are asyncio's: done in C++
   std::uint32_t pending;   // epoll events waiting in the ready queue
   std::uint64_t flushed_tick;  // the loop pass of the last send
   Py_ssize_t conn_lost;
@@ -180,6 +184,9 @@ struct loop_state {
   std::uint64_t sock_calls = 0;
   std::uint64_t sock_waits = 0;
   PyObject* sock_support = nullptr;
+  // The names the C++ close path of socket transports uses (loop_transport.cpp;
+  // a tuple, strong, made at the first close).
+  PyObject* transport_support = nullptr;
 
   // A native source (the core pair's inbound ring) run in every pass; see
   // loop_source.hpp. Attached by _attach_source(capsule); source_owner keeps

@@ -103,6 +103,16 @@ PyObject* loop_fd_key(PyObject* self, PyObject* fileobj);
 PyObject* loop_fd_list(PyObject* self, PyObject* unused);
 PyObject* loop_make_transport_core(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
 
+// --- loop_transport.cpp: which transport owns an fd (accepted transports are
+// not in loop._transports; the fd table answers for them)
+PyObject* loop_fd_transport(PyObject* self, PyObject* fdo);
+/// True if a socket transport's core owns the fd `fdo` (an int) in the loop's
+/// table; false for anything else. Never raises.
+bool fd_has_transport(PyObject* self, PyObject* fdo);
+/// asyncio's Server._attach(transport) (3.13; with_transport) or _attach()
+/// (3.11), without their Python frames; false with an exception set.
+bool server_attach(PyObject* self, PyObject* server, PyObject* transport, bool with_transport);
+
 // --- loop_pass.cpp: one pass of the loop, spinning and parking, the source
 PyObject* loop_run_once(PyObject* self, PyObject* unused);
 PyObject* loop_run_until_stopped(PyObject* self, PyObject* unused);

@@ -408,7 +408,7 @@ int ensure_no_transport(PyObject* self, PyObject* sup, PyObject* fdo) {
       return -1;
     }
     if (PyDict_CheckExact(data)) {
-      free = PyDict_GetItemWithError(data, fdo) == nullptr;
+      free = PyDict_GetItemWithError(data, fdo) == nullptr && !fd_has_transport(self, fdo);
       if (PyErr_Occurred()) {
         Py_DECREF(data);
         Py_DECREF(transports);

@@ -10,6 +10,7 @@
 // only when something other than plain data happens.
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,6 +19,8 @@
 #include <utility>
 
 #include "loop/loop_core.hpp"
+#include "loop/loop_methods.hpp"
+#include "loop/loop_transport_close.hpp"
 
 namespace cadeloop::pyhost::loop {
 
@@ -65,6 +68,14 @@ int call_owner(transport_object* t, const char* name) {
 int fatal_error(transport_object* t, const char* message) {
   if (must_stop_loop() || t->owner == nullptr) {
     return -1;
+  }
+  if (t->native_close && !state_of(t->loop).debug && PyErr_ExceptionMatches(PyExc_OSError)) {
+    // _SocketTransport._fatal_error: an OSError outside debug mode is only
+    // _force_close(exc); done here, connection_lost scheduled as C++.
+    PyObject* exc = take_exception();
+    const int rc = exc == nullptr ? -1 : force_close(t, exc);
+    Py_XDECREF(exc);
+    return rc;
   }
   PyObject* exc = take_exception();
   PyObject* owner = Py_NewRef(t->owner);
@@ -122,7 +133,15 @@ int run_in(PyObject* ctx, Fn&& fn) {
   return rc;
 }
 
+}  // namespace
+
+// Shared with loop_transport_close.cpp (loop_transport_close.hpp).
+
 void clear_chunks(transport_object* t) {
+  if (t->chunks == nullptr || t->chunks->empty()) {
+    t->buffered_bytes = 0;
+    return;
+  }
   // Taken out first: the deque is consistent before any object goes away.
   std::deque<write_chunk> gone;
   gone.swap(*t->chunks);
@@ -158,6 +177,8 @@ bool apply(transport_object* t) {
   }
   return update_interest(state_of(t->loop), t->fd);
 }
+
+namespace {
 
 // ---------------------------------------------------------------- reading
 
@@ -281,7 +302,7 @@ void consume(transport_object* t, std::size_t n) {
 /// One send of everything queued (up to max_iov chunks). Returns -1 only for
 /// what must stop the loop.
 int flush_one(loop_state& st, transport_object* t) {
-  if (t->chunks->empty() || t->conn_lost > 0 || !t->attached) {
+  if (t->chunks == nullptr || t->chunks->empty() || t->conn_lost > 0 || !t->attached) {
     return 0;
   }
   if (t->flushed_tick == st.ticks) {
@@ -370,6 +391,14 @@ int flush_one(loop_state& st, transport_object* t) {
 /// loop's flush list. Returns -1 with an exception set on failure.
 int enqueue(transport_object* t, PyObject* bytes) {
   const Py_ssize_t len = PyBytes_GET_SIZE(bytes);
+  if (t->chunks == nullptr) {  // made at the first write (most transports of a churn write nothing)
+    t->chunks = new (std::nothrow) std::deque<write_chunk>();
+    if (t->chunks == nullptr) {
+      Py_DECREF(bytes);
+      PyErr_NoMemory();
+      return -1;
+    }
+  }
   // asyncio's write() into an empty buffer sends at once and, if the socket
   // did not take it all, registers its writer handle with a copy of the
   // caller's context: what the flush calls back runs there.
@@ -610,6 +639,8 @@ PyObject* transport_unregister(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
+}  // namespace
+
 /// After connection_lost: drops everything the core holds, which breaks the
 /// owner <-> core cycle at once.
 PyObject* transport_release(PyObject* self, PyObject*) {
@@ -623,6 +654,8 @@ PyObject* transport_release(PyObject* self, PyObject*) {
   Py_CLEAR(t->owner);
   Py_RETURN_NONE;
 }
+
+namespace {
 
 /// flush(): one send of what is queued, now (at most one per pass still).
 PyObject* transport_flush_now(PyObject* self, PyObject*) {
@@ -729,6 +762,8 @@ PyMethodDef transport_methods[] = {
     {"flush", transport_flush_now, METH_NOARGS,
      "Send what is queued now (one send; a protocol switch)."},
     {"release", transport_release, METH_NOARGS, "Drop every reference; after connection_lost."},
+    {"connection_lost", transport_connection_lost, METH_O,
+     "_SocketTransport._call_connection_lost(exc), in C++ (native_close)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -750,6 +785,12 @@ PyGetSetDef transport_getsets[] = {
     {"buffer_size", get_size<&transport_object::buffered_bytes>, nullptr, nullptr, nullptr},
     {"empty_waiter", get_empty_waiter, set_empty_waiter, nullptr, nullptr},
     {"fd", get_fd, nullptr, nullptr, nullptr},
+    {"native_close", get_bool<&transport_object::native_close>,
+     set_bool<&transport_object::native_close>, nullptr, nullptr},
+    {"detach_transport", get_bool<&transport_object::detach_transport>,
+     set_bool<&transport_object::detach_transport>, nullptr, nullptr},
+    {"fd_private", get_bool<&transport_object::fd_private>, set_bool<&transport_object::fd_private>,
+     nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -860,18 +901,18 @@ PyObject* new_transport(PyObject* loop, PyObject* owner, int fd) {
   t->closing = false;
   t->eof = false;
   t->protocol_paused = false;
+  t->native_close = false;
+  t->detach_transport = false;
+  t->fd_private = false;
+  t->inline_server = false;
   t->pending = 0;
   t->conn_lost = 0;
   t->high_water = 64 * 1024;
   t->low_water = 16 * 1024;
   t->buffered_bytes = 0;
-  t->chunks = new (std::nothrow) std::deque<write_chunk>();
+  t->chunks = nullptr;  // made by the first write
   PyObject* o = reinterpret_cast<PyObject*>(t);
   PyObject_GC_Track(o);
-  if (t->chunks == nullptr) {
-    Py_DECREF(o);
-    return PyErr_NoMemory();
-  }
   if (!st.released) {
     fd_entry& e = st.fds[i];
     if (e.transport != nullptr) {
