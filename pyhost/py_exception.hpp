@@ -1,7 +1,7 @@
 #pragma once
 
-// Private to pyhost: taking the exception being raised, and raising one in the
-// context of another, on every supported Python.
+// Private to pyhost: taking the exception being raised, raising it again, and
+// raising one in the context of another, on every supported Python.
 
 #include <Python.h>
 
@@ -25,6 +25,20 @@ inline PyObject* take_exception() {
   Py_XDECREF(type);
   Py_XDECREF(tb);
   return value;
+#endif
+}
+
+/// Raises `exc` again, traceback and all: the inverse of take_exception().
+/// Steals it; NULL raises nothing.
+inline void restore_exception(PyObject* exc) {
+  if (exc == nullptr) {
+    return;
+  }
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(exc))), exc,
+                PyException_GetTraceback(exc));
 #endif
 }
 

@@ -33,16 +33,6 @@ std::string_view bytes_of(PyObject* b) noexcept {
   return {PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))};
 }
 
-/// Raises `exc` again (takes the reference).
-void restore_exception(PyObject* exc) {
-#if PY_VERSION_HEX >= 0x030C0000
-  PyErr_SetRaisedException(exc);
-#else
-  PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(exc))), exc,
-                PyException_GetTraceback(exc));
-#endif
-}
-
 /// True for what must stop the loop rather than become a 500.
 bool is_fatal(PyObject* exc) {
   return exc != nullptr && (PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt) != 0 ||

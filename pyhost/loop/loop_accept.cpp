@@ -49,6 +49,7 @@
 #include <utility>
 
 #include "loop/loop_methods.hpp"
+#include "loop/loop_type.hpp"
 
 namespace cadeloop::pyhost::loop {
 
@@ -279,19 +280,6 @@ bool fill_transport(acceptor_object* a, PyObject* self, PyObject* core, int fd, 
   return ok;
 }
 
-/// Raises `exc` again (takes the reference).
-void raise_again(PyObject* exc) {
-  if (exc == nullptr) {
-    return;
-  }
-#if PY_VERSION_HEX >= 0x030C0000
-  PyErr_SetRaisedException(exc);
-#else
-  PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(exc))), exc,
-                PyException_GetTraceback(exc));
-#endif
-}
-
 /// The transport of an accepted connection, made in one pass (the plan's
 /// class, not its __init__); nullptr with an exception if it could not be made.
 PyObject* make_accepted_transport(acceptor_object* a, int fd, PyObject* protocol,
@@ -330,7 +318,7 @@ PyObject* make_accepted_transport(acceptor_object* a, int fd, PyObject* protocol
     if (r == nullptr) {
       PyErr_Clear();
     }
-    raise_again(exc);
+    restore_exception(exc);
     Py_DECREF(core);
     Py_DECREF(self);
     return nullptr;
@@ -364,7 +352,7 @@ void drop_fd(acceptor_object* a, int fd) {
   } else {
     Py_DECREF(conn);
   }
-  raise_again(exc);
+  restore_exception(exc);
 }
 
 /// Takes fd out of the acceptor's pending fds; false if it is not there.
@@ -766,13 +754,7 @@ int add_accept_stats(const loop_state& st, PyObject* stats) {
 }
 
 int add_acceptor_type(PyObject* module) {
-  PyObject* type = PyType_FromModuleAndSpec(module, &acceptor_spec, nullptr);
-  if (type == nullptr) {
-    return -1;
-  }
-  const int rc = PyModule_AddObjectRef(module, "Acceptor", type);
-  Py_DECREF(type);
-  return rc;
+  return add_type_from_spec(module, acceptor_spec);
 }
 
 }  // namespace cadeloop::pyhost::loop

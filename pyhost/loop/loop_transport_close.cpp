@@ -89,16 +89,6 @@ PyObject* close_names(loop_state& st) {
   return names;
 }
 
-/// Raises `exc` (taken; an exception instance) again.
-void restore_exception(PyObject* exc) {
-#if PY_VERSION_HEX >= 0x030C0000
-  PyErr_SetRaisedException(exc);
-#else
-  PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(exc))), exc,
-                PyException_GetTraceback(exc));
-#endif
-}
-
 /// Sets `exc` (taken) as the current exception, with `context` (taken) as
 /// its __context__, as an exception raised in a finally block would have.
 void raise_with_context(PyObject* exc, PyObject* context) {
