@@ -18,7 +18,8 @@
 // 12's libboost-dev, the one this project builds with) has it: another Boost
 // must be read against it before it is allowed here.
 #if BOOST_VERSION / 100 != 1074
-#error "net/conn_poller.cpp uses asio::detail::epoll_reactor as Boost 1.74 has it; check it against this Boost first"
+#error \
+    "net/conn_poller.cpp uses asio::detail::epoll_reactor as Boost 1.74 has it; check it against this Boost first"
 #endif
 
 #if !defined(BOOST_ASIO_HAS_EPOLL)
@@ -142,10 +143,6 @@ void socket_read_wait::start(boost::asio::io_context& io,
                    true);
 }
 
-bool socket_read_wait::queued() const noexcept {
-  return op_ != nullptr && op_->in_queue;
-}
-
 void socket_read_wait::release() noexcept {
   if (op_ == nullptr) {
     return;
@@ -223,7 +220,6 @@ void conn_poller::arm() {
 
 void conn_poller::complete(wait_op& op) {
   pending_ = false;
-  ++wakes_;
   struct rearm {
     conn_poller* p;
     ~rearm() { p->arm(); }

@@ -43,7 +43,6 @@ class socket_read_wait {
   /// (posted) when an edge came since the last completion.
   void start(boost::asio::io_context& io, boost::asio::generic::stream_protocol::socket& s,
              handler on_ready, void* ctx, std::uint64_t key);
-  [[nodiscard]] bool queued() const noexcept;
   /// Before the socket closes: a queued wait is left to free itself.
   void release() noexcept;
 
@@ -70,9 +69,6 @@ class conn_poller {
   /// not registered.
   bool add(int fd, std::uint64_t key) noexcept;
 
-  /// Waits that ended with events (for tests and counters).
-  [[nodiscard]] std::uint64_t wakes() const noexcept { return wakes_; }
-
  private:
   struct wait_op;
   void arm();
@@ -85,7 +81,6 @@ class conn_poller {
   bool pending_ = false;
   handler on_events_;
   void* ctx_;
-  std::uint64_t wakes_ = 0;
 };
 
 }  // namespace cadeloop::net

@@ -200,6 +200,11 @@ inline std::uint64_t key_of(connection_id id) noexcept {
   return (std::uint64_t{id.generation} << 32) | std::uint64_t{id.slot};
 }
 
+/// The connection a key_of() names.
+inline connection_id id_of_key(std::uint64_t key) noexcept {
+  return connection_id{static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32)};
+}
+
 inline bool has_body(const http::request_head& head) noexcept {
   switch (head.framing()) {
     case http::body_framing::none:

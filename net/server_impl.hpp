@@ -173,6 +173,8 @@ class http_server::impl {
   static void on_polled(void* self, std::span<const epoll_event> events);
   static void on_socket_ready(void* self, std::uint64_t key);
   void take_polled(connection_id id);
+  // An edge (or the peer's FIN) on a polled connection: read now if reading waits.
+  void socket_ready(connection& c);
   void readable(connection& c);
 
   // One non-blocking read and what follows from it (parsing, settling).

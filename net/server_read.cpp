@@ -62,26 +62,25 @@ void http_server::impl::on_readable(connection_id id, const error_code& ec) {
 // was reused names another generation and is dropped.
 void http_server::impl::on_socket_ready(void* self, std::uint64_t key) {
   auto& s = *static_cast<impl*>(self);
-  const connection_id id{static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32)};
-  connection* c = s.lookup(id, true);
-  if (c == nullptr || !c->polled) {
-    return;
+  if (connection* c = s.lookup(id_of_key(key), true); c != nullptr && c->polled) {
+    s.socket_ready(*c);
   }
-  c->rd_ready = true;
-  if (c->read_armed && !c->ready_posted) {
-    c->read_armed = false;
-    s.readable(*c);
+}
+
+void http_server::impl::socket_ready(connection& c) {
+  c.rd_ready = true;
+  if (c.read_armed && !c.ready_posted) {
+    c.read_armed = false;
+    readable(c);
   }
 }
 
 void http_server::impl::on_polled(void* self, std::span<const epoll_event> events) {
   auto& s = *static_cast<impl*>(self);
   for (const epoll_event& ev : events) {
-    const connection_id id{static_cast<std::uint32_t>(ev.data.u64),
-                           static_cast<std::uint32_t>(ev.data.u64 >> 32)};
-    if (connection* c = s.lookup(id, true); c != nullptr && c->polled) {
+    if (connection* c = s.lookup(id_of_key(ev.data.u64), true); c != nullptr && c->polled) {
       c->rd_hup = true;
-      on_socket_ready(self, ev.data.u64);
+      s.socket_ready(*c);
     }
   }
 }
