@@ -7,7 +7,9 @@
 #include "conn_poller.hpp"
 
 #include <boost/asio/detail/epoll_reactor.hpp>
+#include <boost/asio/detail/op_queue.hpp>
 #include <boost/asio/detail/reactor_op.hpp>
+#include <boost/asio/detail/scheduler.hpp>
 #include <boost/version.hpp>
 
 #include <unistd.h>
@@ -89,7 +91,45 @@ struct socket_access : boost::asio::generic::stream_protocol::socket {
   }
 };
 
+// The reactor's epoll descriptor is private: an explicit instantiation may
+// name a private member, and this one hands the member pointer out.
+int detail::epoll_reactor::*reactor_epoll_fd_member = nullptr;
+template <int detail::epoll_reactor::*Member>
+struct reactor_fd_access {
+  static inline const bool taken = (reactor_epoll_fd_member = Member, true);
+};
+template struct reactor_fd_access<&detail::epoll_reactor::epoll_fd_>;
+
+// The scheduler's queue and its reactor's place in it, the same way: the
+// queue holds only the reactor's task between polls when nothing is ready.
+bool (*scheduler_has_ready)(detail::scheduler&) = nullptr;
+template <auto Queue, auto Task>
+struct scheduler_access {
+  static bool has_ready(detail::scheduler& s) {
+    detail::scheduler_operation* front = (s.*Queue).front();
+    if (front == nullptr) {
+      return false;
+    }
+    detail::scheduler_operation* task = &(s.*Task);
+    return front != task || detail::op_queue_access::next(front) != nullptr;
+  }
+  static inline const bool taken = (scheduler_has_ready = &has_ready, true);
+};
+template struct scheduler_access<&detail::scheduler::op_queue_,
+                                 &detail::scheduler::task_operation_>;
+
 }  // namespace
+
+bool has_ready_handlers(boost::asio::io_context& io) noexcept {
+  auto& s = boost::asio::use_service<detail::scheduler>(io);
+  // Without the accessor (it cannot fail to be set, but) a poll is the safe answer.
+  return scheduler_has_ready == nullptr || scheduler_has_ready(s);
+}
+
+int reactor_fd_of(boost::asio::io_context& io) noexcept {
+  auto& reactor = boost::asio::use_service<detail::epoll_reactor>(io);
+  return reactor_epoll_fd_member != nullptr ? reactor.*reactor_epoll_fd_member : -1;
+}
 
 struct socket_read_wait::op final : detail::reactor_op {
   op() : reactor_op{{}, &op::perform_wait, &op::finish} {}

@@ -25,6 +25,14 @@
 
 namespace cadeloop::net {
 
+/// The epoll descriptor of `io`'s reactor (its private `epoll_fd_`, read
+/// through Boost 1.74's detail interface); -1 if it has none.
+int reactor_fd_of(boost::asio::io_context& io) noexcept;
+/// Whether `io` has handlers ready to run (posted, or completed at once)
+/// besides its reactor: what a `poll()` would run without any new event.
+/// Only for the thread that alone uses `io` at the time (no lock taken).
+bool has_ready_handlers(boost::asio::io_context& io) noexcept;
+
 /// One connection slot's read wait. Owned by the connection record and
 /// reused by the slot's next connection, unless it is still queued when the
 /// socket closes: then it is left to the reactor, which completes it

@@ -174,6 +174,14 @@ bool http_server::has_dirty() const noexcept {
   return impl_->has_dirty();
 }
 
+int http_server::reactor_descriptor() const noexcept {
+  return impl_->reactor_descriptor();
+}
+
+bool http_server::has_ready_handlers() const noexcept {
+  return impl_->has_ready_handlers();
+}
+
 std::string http_server::listener_description() const {
   return impl_->listener_description();
 }

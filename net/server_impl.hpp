@@ -88,6 +88,8 @@ class http_server::impl {
   void flush_writes();
 
   [[nodiscard]] bool has_dirty() const noexcept { return !dirty_.empty(); }
+  [[nodiscard]] int reactor_descriptor() const noexcept { return reactor_fd_of(io_); }
+  [[nodiscard]] bool has_ready_handlers() const noexcept { return net::has_ready_handlers(io_); }
 
   // ------------------------------------------------------------ lifecycle
 

@@ -87,6 +87,9 @@ pair_stats_snapshot snapshot_from(const py::handle& item, std::uint32_t position
   CADELOOP_FIELD(app_errors);
   CADELOOP_FIELD(concurrency_refusals);
   CADELOOP_FIELD(stuck_episodes);
+  CADELOOP_FIELD(solo_handoffs);
+  CADELOOP_FIELD(solo_steals);
+  CADELOOP_FIELD(solo_passes);
   CADELOOP_FIELD(latency_count);
   CADELOOP_FIELD(latency_sum_us);
 #undef CADELOOP_FIELD

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <utility>
 
@@ -216,18 +217,126 @@ std::size_t app_side::flush() noexcept {
   const std::size_t n = ch_.outbound.publish();
   if (n != 0) {
     ctr.outbound_published.add(n);
+    // Solo mode: this thread has the sockets, so it applies the batch and
+    // writes it now.
+    if (solo_ && serve_sockets(false)) {
+      return n;
+    }
     if (ch_.io_parker.wake()) {  // a system call only if the I/O thread announced a sleep
       ctr.wakeups_to_io.add();
     }
+  } else if (solo_dirty_) {
+    (void)serve_sockets(false);
   }
   return n;
+}
+
+// ---------------------------------------------------------------- solo mode
+
+namespace {
+constexpr int owner_io = static_cast<int>(io_owner::io);
+constexpr int owner_app = static_cast<int>(io_owner::app);
+constexpr int owner_app_busy = static_cast<int>(io_owner::app_busy);
+}  // namespace
+
+bool app_side::enable_solo() noexcept {
+  if (ch_.io_host == nullptr || ch_.solo_max_batch == 0 || ch_.io_host->ready_fd() < 0) {
+    return false;
+  }
+  solo_ = true;
+  ch_.solo_ready.store(true, std::memory_order_release);
+  return true;
+}
+
+void app_side::disable_solo() noexcept {
+  if (!solo_) {
+    return;
+  }
+  ch_.solo_ready.store(false, std::memory_order_seq_cst);
+  int expected = owner_app;
+  if (ch_.owner.compare_exchange_strong(expected, owner_io, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+    give_sockets_back();
+  }
+  solo_ = false;
+  sockets_ready_ = false;
+  solo_dirty_ = false;
+}
+
+int app_side::solo_fd() const noexcept {
+  return ch_.io_host != nullptr ? ch_.io_host->ready_fd() : -1;
+}
+
+void app_side::write_through() noexcept {
+  if (solo_last_read_ > 1 || !serves_sockets()) {
+    return;
+  }
+  const std::size_t n = ch_.outbound.publish();
+  if (n != 0) {
+    ch_.page.app.outbound_published.add(n);
+    (void)serve_sockets(false);
+  }
+}
+
+void app_side::serve_ready_sockets() noexcept {
+  sockets_ready_ = false;
+  (void)serve_sockets(true);
+}
+
+bool app_side::serve_sockets(bool poll) noexcept {
+  int expected = owner_app;
+  if (!ch_.owner.compare_exchange_strong(expected, owner_app_busy, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+    solo_dirty_ = false;
+    return false;  // the I/O thread has them (it took them back, or never gave them)
+  }
+  bool dirty = false;
+  std::size_t published = 0;
+  try {
+    published = ch_.io_host->solo_pass(poll, dirty);
+  } catch (...) {
+    // Only allocation failure gets here, as on the I/O thread: the pair
+    // cannot continue in any sound state.
+    std::terminate();
+  }
+  ch_.page.app.solo_passes.add();
+  solo_dirty_ = dirty;
+  if (poll) {
+    solo_last_read_ = published;
+  }
+  // Back to `app`, unless the pass read a batch the two threads serve better
+  // (more than solo_max_batch messages), or the I/O thread asked for them.
+  expected = owner_app_busy;
+  if (published > ch_.solo_max_batch ||
+      !ch_.owner.compare_exchange_strong(expected, owner_app, std::memory_order_release,
+                                         std::memory_order_relaxed)) {
+    ch_.owner.store(owner_io, std::memory_order_seq_cst);
+    give_sockets_back();
+  }
+  return true;
+}
+
+void app_side::give_sockets_back() noexcept {
+  solo_dirty_ = false;
+  sockets_ready_ = false;
+  if (ch_.solo_parker.wake()) {
+    ch_.page.app.wakeups_to_io.add();
+  }
 }
 
 bool app_side::try_park() noexcept {
   const auto work_visible = [this] {
     return ch_.inbound.has_pending() || ch_.io_stopped.load(std::memory_order_seq_cst);
   };
-  if (ch_.shared_cpu_yield.count() > 0) {
+  const bool serving = serves_sockets();
+  if (serving && (solo_dirty_ || sockets_ready_ || ch_.outbound.has_pending())) {
+    // Output to write, events to collect or commands to apply first.
+    sockets_ready_ = false;
+    (void)serve_sockets(true);
+    return false;
+  }
+  // While this thread serves the sockets, the I/O thread sleeps: no window.
+  if (!serving && ch_.shared_cpu_yield.count() > 0) {
     if (!cpu_known_) {
       cpu_known_ = true;
       ch_.app_cpu.store(sole_cpu(), std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 
+#include <poll.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -30,6 +31,19 @@ namespace {
 // Commands applied per pass, so a flood from the app cannot starve socket
 // readiness and timers; the rest stays pending and the loop does not park.
 constexpr std::size_t outbound_per_pass = 4096;
+
+// Solo mode: how often the I/O thread, while the app thread has the sockets,
+// looks whether the app thread still serves them. Awake without serving for
+// two looks in a row (5-10 ms), it is running Python: the I/O thread takes
+// the sockets back. While the app thread sleeps (it then wakes for any
+// socket event itself), the looks back off to one per 100 ms.
+constexpr int solo_look_ms = 5;
+constexpr int solo_look_max_ms = 100;
+
+constexpr int owner_io = static_cast<int>(io_owner::io);
+constexpr int owner_app = static_cast<int>(io_owner::app);
+constexpr int owner_app_busy = static_cast<int>(io_owner::app_busy);
+constexpr int owner_app_busy_wanted = static_cast<int>(io_owner::app_busy_wanted);
 
 // Whether the calling thread may run on one CPU only (the server confined with
 // taskset, or a pair pinned to one CPU): then the app thread, which has the
@@ -55,6 +69,10 @@ io_thread::io_thread(pair_channels& channels, const core_pair_options& options)
       grace_timer_{io_},
       watchdog_timer_{io_} {
   server_ = std::make_unique<net::http_server>(io_, *this, options_.server, ch_.page.io);
+  reactor_fd_ = server_->reactor_descriptor();
+  ch_.io_host = this;
+  ch_.solo_max_batch = options_.solo_max_batch;
+  ch_.solo_spin = options_.solo_spin;
   // A duplicate, so the descriptor object may close its copy while the
   // parker keeps (and finally closes) the original.
   const int fd = ::dup(ch_.io_parker.fd());
@@ -90,6 +108,7 @@ void io_thread::request_stop() noexcept {
   // seq_cst store, then wake: pairs with the flag check inside try_park.
   ch_.stop_requested.store(true, std::memory_order_seq_cst);
   ch_.io_parker.wake();
+  ch_.solo_parker.wake();  // asleep while the app thread has the sockets
 }
 
 void io_thread::join() {
@@ -173,6 +192,10 @@ void io_thread::loop() {
 
 void io_thread::park() {
   io_loop_counters& ctr = ch_.page.io_loop;
+  if (solo_allowed()) {
+    give_sockets_to_app();
+    return;
+  }
   // An explicit io_spin_us keeps its own spin (below); the shared-CPU
   // window is the I/O side's default when the pair shares one CPU.
   if (options_.spin.count() == 0 && ch_.shared_cpu_yield.count() > 0 && ch_.share_one_cpu()) {
@@ -236,6 +259,114 @@ void io_thread::park() {
   } else {
     ch_.io_parker.unpark(false);
   }
+}
+
+// ------------------------------------------------------------------ solo mode
+
+bool io_thread::solo_allowed() const noexcept {
+  return options_.solo_max_batch > 0 && reactor_fd_ >= 0 && !draining_ &&
+         ch_.solo_ready.load(std::memory_order_acquire) &&
+         !ch_.stop_requested.load(std::memory_order_acquire) && !ch_.outbound.has_pending();
+}
+
+void io_thread::give_sockets_to_app() {
+  io_loop_counters& ctr = ch_.page.io_loop;
+  // Everything this thread did to the sockets happens before the app
+  // thread's first pass (its acquire of `owner`).
+  ch_.owner.store(owner_app, std::memory_order_seq_cst);
+  ctr.solo_handoffs.add();
+  // A parked app thread learns it at once (it then watches ready_fd()); an
+  // awake one at its next park, which re-checks `owner`.
+  (void)ch_.app_parker.wake();
+
+  std::uint64_t seen = ch_.page.app.solo_passes.get();
+  bool awake_without_pass = false;
+  int look_ms = solo_look_ms;
+  for (;;) {
+    if (ch_.owner.load(std::memory_order_acquire) == owner_io) {
+      return;  // given back
+    }
+    if (ch_.stop_requested.load(std::memory_order_seq_cst) && take_sockets_back()) {
+      return;  // the drain is this thread's
+    }
+    // Woken by the app thread giving the sockets back, or by a stop (which
+    // takes them back at once from an app thread between passes, and asks
+    // one inside a pass with app_busy_wanted: it gives them back at its end).
+    const bool sleep = ch_.solo_parker.try_park([this] {
+      const int o = ch_.owner.load(std::memory_order_seq_cst);
+      return o == owner_io ||
+             (o == owner_app && ch_.stop_requested.load(std::memory_order_seq_cst));
+    });
+    if (!sleep) {
+      continue;
+    }
+    ctr.parks.add();
+    pollfd p{ch_.solo_parker.fd(), POLLIN, 0};
+    const int n = ::poll(&p, 1, look_ms);
+    ch_.solo_parker.unpark(n > 0);
+    if (n > 0) {
+      continue;
+    }
+    // A look: does the app thread still serve the sockets?
+    const std::uint64_t passes = ch_.page.app.solo_passes.get();
+    const bool app_asleep = ch_.app_parker.parked();
+    if (passes != seen || app_asleep) {
+      seen = passes;
+      awake_without_pass = false;
+      look_ms = app_asleep ? std::min(look_ms * 2, solo_look_max_ms) : solo_look_ms;
+      continue;
+    }
+    look_ms = solo_look_ms;
+    if (!awake_without_pass) {
+      awake_without_pass = true;
+      continue;
+    }
+    // Awake and no pass for two looks: it runs Python (or left its loop).
+    // Take the sockets unless it is inside a pass right now.
+    int expected = owner_app;
+    if (ch_.owner.compare_exchange_strong(expected, owner_io, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      ctr.solo_steals.add();
+      return;
+    }
+    awake_without_pass = false;
+  }
+}
+
+bool io_thread::take_sockets_back() noexcept {
+  int o = ch_.owner.load(std::memory_order_acquire);
+  for (;;) {
+    if (o == owner_io) {
+      return true;
+    }
+    if (o == owner_app_busy_wanted) {
+      return false;
+    }
+    const int want = o == owner_app ? owner_io : owner_app_busy_wanted;
+    if (ch_.owner.compare_exchange_weak(o, want, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+      return want == owner_io;
+    }
+  }
+}
+
+std::size_t io_thread::solo_pass(bool poll, bool& dirty) {
+  if (poll) {
+    io_.poll();
+    after_wake_handlers();
+  }
+  const std::size_t applied = drain_outbound();
+  server_->flush_writes();
+  if (applied != 0 && server_->has_ready_handlers()) {
+    // A command posted a completion (a read wait that found bytes already
+    // there): nothing would make ready_fd() readable for it, so it runs now.
+    io_.poll();
+    server_->flush_writes();
+  }
+  const std::size_t published = flush_inbound();
+  ch_.page.io_loop.passes.add();
+  dirty = server_->has_dirty();
+  return published;
 }
 
 void io_thread::arm_wake_wait() {
@@ -318,7 +449,7 @@ void io_thread::apply(const outbound_command& cmd) {
   }
 }
 
-void io_thread::flush_inbound() noexcept {
+std::size_t io_thread::flush_inbound() noexcept {
   const std::size_t n = ch_.inbound.publish();
   if (n != 0) {
     io_loop_counters& ctr = ch_.page.io_loop;
@@ -327,6 +458,7 @@ void io_thread::flush_inbound() noexcept {
       ctr.wakeups_to_app.add();
     }
   }
+  return n;
 }
 
 void io_thread::on_request(net::connection_id conn, std::uint32_t request,

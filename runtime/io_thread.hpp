@@ -29,13 +29,17 @@ namespace cadeloop::runtime {
 ///                     if it is parked
 ///   nothing done?     park: announce, re-check the outbound ring, then
 ///                     block in run_one() with the parker's eventfd
-///                     registered in the same io_context
+///                     registered in the same io_context; or, in solo
+///                     mode, give the sockets to the app thread and sleep
+///                     until they come back (give_sockets_to_app)
 ///
 /// Created by `core_pair` on the control thread, which also opens the
 /// listener through it before `start()`; from `start()` to the end of the
-/// thread everything inside is touched by the I/O thread only. Destroyed by
+/// thread everything inside is touched by the I/O thread only, except while
+/// it has given the sockets to the app thread (pair_channels::owner): then
+/// the app thread runs `solo_pass()` and the I/O thread sleeps. Destroyed by
 /// the control thread after `join()`.
-class io_thread final : public net::event_sink {
+class io_thread final : public net::event_sink, public io_pass_host {
  public:
   /// Control thread.
   io_thread(pair_channels& channels, const core_pair_options& options);
@@ -66,12 +70,19 @@ class io_thread final : public net::event_sink {
   void on_ws_message(net::connection_id conn, net::byte_buffer&& payload, bool text) override;
   void on_ws_close(net::connection_id conn, std::uint16_t code, std::string&& reason) override;
 
+  // io_pass_host: the app thread runs the loop's pass while it owns the sockets.
+  [[nodiscard]] int ready_fd() const noexcept override { return reactor_fd_; }
+  std::size_t solo_pass(bool poll, bool& dirty) override;
+
  private:
   void run() noexcept;
+  bool solo_allowed() const noexcept;
+  void give_sockets_to_app();
+  bool take_sockets_back() noexcept;
   void loop();
   std::size_t drain_outbound();
   void apply(const outbound_command& cmd);
-  void flush_inbound() noexcept;
+  std::size_t flush_inbound() noexcept;
   void arm_wake_wait();
   void after_wake_handlers() noexcept;
   void park();
@@ -97,6 +108,7 @@ class io_thread final : public net::event_sink {
   bool wake_armed_ = false;
   bool wake_fired_ = false;
   shared_cpu_yield yield_;  // the window before a park when the app shares our CPU
+  int reactor_fd_ = -1;     // the io_context's epoll set (solo mode's readiness)
   std::thread thread_;
 };
 

@@ -179,6 +179,8 @@ void each_binding(Settings& s, Bind&& bind) {
   bind(setting_id::io_spin_us, "pair.spin", s.pair.spin);
   bind(setting_id::stuck_timeout, "pair.stuck_timeout", s.pair.stuck_timeout);
   bind(setting_id::shared_cpu_yield_us, "pair.shared_cpu_yield", s.pair.shared_cpu_yield);
+  bind(setting_id::solo_max_batch, "pair.solo_max_batch", s.pair.solo_max_batch);
+  bind(setting_id::solo_spin_us, "pair.solo_spin", s.pair.solo_spin);
 }
 
 /// A whole-number setting's value in a field of type T. The table's bounds

@@ -309,6 +309,21 @@ class bridge final : public loop_source {
   void unpark(bool signalled) noexcept override;
   void end_of_pass() noexcept override;
   [[nodiscard]] int fd() const noexcept override { return side_.parker_fd(); }
+  // Solo mode (runtime::app_side): the loop watches the pair's sockets while
+  // this thread serves them.
+  [[nodiscard]] int sockets_fd() const noexcept override { return side_.solo_fd(); }
+  [[nodiscard]] bool wants_sockets_fd() noexcept override { return side_.serves_sockets(); }
+  void sockets_ready() noexcept override { side_.sockets_ready(); }
+  [[nodiscard]] std::uint32_t sockets_spin_us() const noexcept override {
+    return side_.solo_spin_us();
+  }
+  void attached(bool yes) noexcept override {
+    if (yes) {
+      (void)side_.enable_solo();
+    } else {
+      side_.disable_solo();
+    }
+  }
 
   /// Sets the lifespan state copied (shallowly) into every scope; NULL for none. Loop thread.
   void set_state(PyObject* state);

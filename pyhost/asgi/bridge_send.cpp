@@ -293,6 +293,9 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     }
     if (!out.empty() || o.end_of_response) {
       side_.send(r->conn, r->seq, std::move(out), o);
+      if (ends) {
+        side_.write_through();  // solo mode: the client has it while the task ends
+      }
     }
   } catch (const std::bad_alloc&) {
     release();

@@ -188,6 +188,9 @@ py::dict snapshot_dict(const runtime::pair_stats_snapshot& s) {
   d["app_errors"] = s.app_errors;
   d["concurrency_refusals"] = s.concurrency_refusals;
   d["stuck_episodes"] = s.stuck_episodes;
+  d["solo_handoffs"] = s.solo_handoffs;
+  d["solo_steals"] = s.solo_steals;
+  d["solo_passes"] = s.solo_passes;
   d["io_beat_ms"] = s.io_beat_ms;
   d["stuck_since_ms"] = s.stuck_since_ms;
   d["latency_count"] = s.latency_count;

@@ -30,13 +30,12 @@ namespace cadeloop::pyhost::loop {
 /// it in. Created and run on the loop thread (call_soon_threadsafe creates
 /// one on its caller's thread, under the same interpreter's GIL).
 struct handle_object {
-  PyObject_HEAD
-  PyObject* callback;          // NULL once cancelled
-  PyObject* args;              // tuple; NULL once cancelled
-  PyObject* loop;              // the LoopCore that made it (strong)
-  PyObject* context;           // contextvars.Context
-  PyObject* source_traceback;  // list in debug mode, else NULL
-  PyObject* repr;              // kept at cancel() in debug mode
+  PyObject_HEAD PyObject* callback;  // NULL once cancelled
+  PyObject* args;                    // tuple; NULL once cancelled
+  PyObject* loop;                    // the LoopCore that made it (strong)
+  PyObject* context;                 // contextvars.Context
+  PyObject* source_traceback;        // list in debug mode, else NULL
+  PyObject* repr;                    // kept at cancel() in debug mode
   PyObject* weakrefs;
   bool cancelled;
 };
@@ -72,11 +71,10 @@ struct write_chunk {
 /// the write buffer with one send per transport per loop pass, and the flow
 /// control flags. Created, used and destroyed on the loop thread.
 struct transport_object {
-  PyObject_HEAD
-  PyObject* loop;          // the LoopCore (strong)
-  PyObject* owner;         // the Python transport (strong until release())
-  PyObject* protocol;      // strong until release()
-  PyObject* empty_waiter;  // asyncio's sendfile waiter, or NULL
+  PyObject_HEAD PyObject* loop;  // the LoopCore (strong)
+  PyObject* owner;               // the Python transport (strong until release())
+  PyObject* protocol;            // strong until release()
+  PyObject* empty_waiter;        // asyncio's sendfile waiter, or NULL
   // The contextvars.Context the protocol's callbacks run in, as asyncio's
   // reader and writer handles would hold it: reads run in a copy of the
   // context current when reading started or resumed (the transport's
@@ -86,21 +84,21 @@ struct transport_object {
   PyObject* read_context;
   PyObject* write_context;
   int fd;
-  bool buffered;           // the protocol is an asyncio.BufferedProtocol
-  bool attached;           // in the loop's fd table
-  bool want_read;          // reading: not paused, not closing, not at EOF
-  bool want_write;         // EPOLLOUT wanted: data left after a send
-  bool in_flush_list;      // queued for the end-of-pass flush
-  bool queued;             // in the ready queue with `pending` events
-  bool paused;             // pause_reading() in effect
+  bool buffered;       // the protocol is an asyncio.BufferedProtocol
+  bool attached;       // in the loop's fd table
+  bool want_read;      // reading: not paused, not closing, not at EOF
+  bool want_write;     // EPOLLOUT wanted: data left after a send
+  bool in_flush_list;  // queued for the end-of-pass flush
+  bool queued;         // in the ready queue with `pending` events
+  bool paused;         // pause_reading() in effect
   bool closing;
-  bool eof;                // write_eof() called
-  bool protocol_paused;    // pause_writing() was called on the protocol
-  bool native_close;       // connection_lost and fatal read errors in C++
-  bool detach_transport;   // Server._detach(transport) (3.13), else Server._detach()
-  bool fd_private;         // an accepted fd no socket.socket was made for (yet)
-  bool inline_server;      // its server's _attach/_detach are asyncio's: done in C++
-  std::uint32_t pending;   // epoll events waiting in the ready queue
+  bool eof;                    // write_eof() called
+  bool protocol_paused;        // pause_writing() was called on the protocol
+  bool native_close;           // connection_lost and fatal read errors in C++
+  bool detach_transport;       // Server._detach(transport) (3.13), else Server._detach()
+  bool fd_private;             // an accepted fd no socket.socket was made for (yet)
+  bool inline_server;          // its server's _attach/_detach are asyncio's: done in C++
+  std::uint32_t pending;       // epoll events waiting in the ready queue
   std::uint64_t flushed_tick;  // the loop pass of the last send
   Py_ssize_t conn_lost;
   Py_ssize_t high_water;
@@ -126,25 +124,25 @@ struct loop_state {
   // which runs without the GIL, watches besides `xthread`.
   std::vector<PyObject*> gil_xthread;  // handles, strong references
   std::atomic<bool> ready_pushed{false};
-  std::deque<PyObject*> ready;                // handles, strong references
+  std::deque<PyObject*> ready;                      // handles, strong references
   runtime::timer_heap<timer_handle_object> timers;  // each holds a reference
-  std::vector<fd_entry> fds;                  // indexed by fd number
+  std::vector<fd_entry> fds;                        // indexed by fd number
   std::size_t fds_registered = 0;
   std::vector<epoll_event> events;
 
-  PyObject* handle_type = nullptr;     // strong
-  PyObject* timer_type = nullptr;      // strong
-  PyObject* transport_type = nullptr;  // strong
-  PyObject* str_data_received = nullptr;   // interned names, strong
+  PyObject* handle_type = nullptr;        // strong
+  PyObject* timer_type = nullptr;         // strong
+  PyObject* transport_type = nullptr;     // strong
+  PyObject* str_data_received = nullptr;  // interned names, strong
   PyObject* str_get_buffer = nullptr;
   PyObject* str_buffer_updated = nullptr;
   PyObject* str_context = nullptr;
-  PyObject* str_future = nullptr;            // "Future"
-  PyObject* str_task = nullptr;              // "Task"
-  PyObject* kw_loop = nullptr;               // ("loop",) for Future(loop=...)
-  PyObject* futures_module = nullptr;        // asyncio.futures (read at each call: tests patch it)
-  PyObject* tasks_module = nullptr;          // asyncio.tasks
-  PyObject* task_factory = nullptr;          // loop._task_factory, NULL for None
+  PyObject* str_future = nullptr;      // "Future"
+  PyObject* str_task = nullptr;        // "Task"
+  PyObject* kw_loop = nullptr;         // ("loop",) for Future(loop=...)
+  PyObject* futures_module = nullptr;  // asyncio.futures (read at each call: tests patch it)
+  PyObject* tasks_module = nullptr;    // asyncio.tasks
+  PyObject* task_factory = nullptr;    // loop._task_factory, NULL for None
 
   // Transports with writes queued in this pass; each holds a reference and
   // is flushed (one send) before the next poll.
@@ -192,8 +190,9 @@ struct loop_state {
   // loop_source.hpp. Attached by _attach_source(capsule); source_owner keeps
   // the object that owns it alive while attached.
   loop_source* source = nullptr;
-  PyObject* source_owner = nullptr;  // strong
-  bool source_signalled = false;     // its fd was in the last poll's events
+  PyObject* source_owner = nullptr;     // strong
+  bool source_signalled = false;        // its fd was in the last poll's events
+  bool source_sockets_watched = false;  // its sockets_fd() is in the poller
 
   // Signals (loop_signal.cpp): the socketpair Python's C signal handler
   // writes each signal number to (signal.set_wakeup_fd), made on the first
@@ -209,8 +208,7 @@ struct loop_state {
 
 /// The C part of a LoopCore instance.
 struct loop_object {
-  PyObject_HEAD
-  loop_state* state;  // owned; NULL only before tp_new finished
+  PyObject_HEAD loop_state* state;  // owned; NULL only before tp_new finished
 };
 
 /// Creates the Handle and TimerHandle types for this interpreter and adds
@@ -250,7 +248,9 @@ int flush_transports(loop_state& st);
 bool update_interest(loop_state& st, int fd);
 
 /// The loop state behind a LoopCore object. Loop thread.
-inline loop_state& state_of(PyObject* loop) { return *reinterpret_cast<loop_object*>(loop)->state; }
+inline loop_state& state_of(PyObject* loop) {
+  return *reinterpret_cast<loop_object*>(loop)->state;
+}
 
 /// Whether `o` is one of this loop's own handle types.
 inline bool is_own_handle(const loop_state& st, PyObject* o) {

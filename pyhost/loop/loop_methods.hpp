@@ -25,6 +25,8 @@ namespace cadeloop::pyhost::loop {
 inline constexpr std::uint64_t wake_token = std::numeric_limits<std::uint64_t>::max();
 /// epoll token of an attached loop_source's eventfd.
 inline constexpr std::uint64_t source_token = wake_token - 1;
+/// epoll token of an attached loop_source's second descriptor (its sockets, in solo mode).
+inline constexpr std::uint64_t source_sockets_token = wake_token - 2;
 /// The longest single poll, as asyncio's MAXIMUM_SELECT_TIMEOUT (one day).
 inline constexpr double max_poll_seconds = 24 * 3600.0;
 

@@ -30,6 +30,12 @@ int dispatch_events(PyObject* self, loop_state& st, int n) {
       st.source_signalled = true;
       continue;
     }
+    if (ev.data.u64 == source_sockets_token) {
+      if (st.source != nullptr) {
+        st.source->sockets_ready();
+      }
+      continue;
+    }
     const auto fd = static_cast<std::size_t>(ev.data.u64);
     if (fd >= st.fds.size() || st.fds[fd].events == 0) {
       continue;  // unregistered since the poll
@@ -93,8 +99,8 @@ int timeout_ms_for(double seconds) {
 /// Spin before park: with the GIL released, watch the cross-thread queue and
 /// (if there are fds) poll without blocking, for up to spin_us. Returns the
 /// number of poll events found (>= 0), or -1 for "work arrived in the queue".
-int spin(loop_state& st, int timeout_ms) {
-  const double budget = std::min(static_cast<double>(st.spin_us) * 1e-6,
+int spin(loop_state& st, int timeout_ms, std::uint32_t spin_us) {
+  const double budget = std::min(static_cast<double>(spin_us) * 1e-6,
                                  timeout_ms < 0 ? max_poll_seconds : timeout_ms * 1e-3);
   const double deadline = monotonic_now() + budget;
   int found = 0;
@@ -104,7 +110,7 @@ int spin(loop_state& st, int timeout_ms) {
       found = -1;
       break;
     }
-    if (st.fds_registered > 0 && i % 16 == 15) {
+    if ((st.fds_registered > 0 || st.source_sockets_watched) && i % 16 == 15) {
       const int n = st.poller.wait(st.events, 0);
       if (n != 0) {
         found = n;
@@ -119,11 +125,40 @@ int spin(loop_state& st, int timeout_ms) {
   Py_END_ALLOW_THREADS return found;
 }
 
-bool should_spin(loop_state& st) {
-  if (st.spin_us == 0) {
+/// Solo mode: the source's sockets descriptor is in the poller exactly while
+/// the source asks for it. Asked after try_park() announced a sleep, so a
+/// hand-over that comes later wakes the loop through the source's parker.
+void sync_source_sockets(loop_state& st) {
+  const bool want = st.source->wants_sockets_fd();
+  if (want == st.source_sockets_watched) {
+    return;
+  }
+  const int fd = st.source->sockets_fd();
+  if (want) {
+    st.source_sockets_watched =
+        fd >= 0 && !st.poller.add(fd, runtime::poller::readable, source_sockets_token);
+  } else {
+    (void)st.poller.remove(fd);
+    st.source_sockets_watched = false;
+  }
+}
+
+/// The spin before a park: the loop's own spin_us, or, while the source's
+/// sockets are watched (solo mode), the source's (always adaptive: it only
+/// pays while requests follow each other closely).
+std::uint32_t spin_budget_us(const loop_state& st) {
+  if (st.spin_us != 0) {
+    return st.spin_us;
+  }
+  return st.source_sockets_watched ? st.source->sockets_spin_us() : 0;
+}
+
+bool should_spin(loop_state& st, std::uint32_t spin_us) {
+  if (spin_us == 0) {
     return false;
   }
-  if (!st.adaptive_spin || st.spin_misses_in_row < 8) {
+  const bool adaptive = st.adaptive_spin || st.spin_us == 0;
+  if (!adaptive || st.spin_misses_in_row < 8) {
     return true;
   }
   // Adaptive: after a run of fruitless spins, spin only every 16th park to
@@ -169,9 +204,10 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
 
   int n = 0;
   bool parked = false;
-  if (timeout_ms != 0 && should_spin(st)) {
+  if (const std::uint32_t spin_us = spin_budget_us(st);
+      timeout_ms != 0 && should_spin(st, spin_us)) {
     ++st.spins;
-    n = spin(st, timeout_ms);
+    n = spin(st, timeout_ms, spin_us);
     if (n != 0) {
       ++st.spin_hits;
       st.spin_misses_in_row = 0;
@@ -210,11 +246,14 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
       timeout_ms = 0;
     }
   }
+  if (st.source != nullptr) {
+    sync_source_sockets(st);
+  }
   if (parked) {
     Py_BEGIN_ALLOW_THREADS n = st.poller.wait(st.events, timeout_ms);
     Py_END_ALLOW_THREADS++ st.polls;
   } else if (timeout_ms == 0 && n == 0) {
-    if (st.fds_registered == 0) {
+    if (st.fds_registered == 0 && !st.source_sockets_watched) {
       // Nothing to poll for: the cross-thread queue is read directly, so a
       // non-blocking poll could only find the eventfd. Skip the system call.
       ++st.polls_elided;
@@ -328,6 +367,7 @@ PyObject* loop_attach_source(PyObject* self, PyObject* capsule) {
   PyObject* owner = static_cast<PyObject*>(PyCapsule_GetContext(capsule));
   st.source = src;
   st.source_owner = Py_NewRef(owner != nullptr ? owner : capsule);
+  src->attached(true);
   Py_RETURN_NONE;
 }
 
@@ -335,6 +375,11 @@ PyObject* loop_attach_source(PyObject* self, PyObject* capsule) {
 PyObject* loop_detach_source(PyObject* self, PyObject*) {
   loop_state& st = state_of(self);
   if (st.source != nullptr) {
+    st.source->attached(false);
+    if (st.source_sockets_watched) {
+      (void)st.poller.remove(st.source->sockets_fd());
+      st.source_sockets_watched = false;
+    }
     (void)st.poller.remove(st.source->fd());
     st.source = nullptr;
     Py_XDECREF(std::exchange(st.source_owner, nullptr));  // last: a finaliser may re-enter the loop

@@ -6,6 +6,8 @@
 
 #include <Python.h>
 
+#include <cstdint>
+
 namespace cadeloop::pyhost {
 
 /// Work that arrives from another thread and is handled inside the loop's own
@@ -24,6 +26,11 @@ namespace cadeloop::pyhost {
 ///                          pass produced (one batch per pass) and wake the
 ///                          peer only if it is parked.
 /// fd() is added to the loop's poller for the source's whole life.
+/// Solo mode (a source that may serve its producer's sockets itself, see
+/// runtime::app_side): once per pass, after try_park() and before the poll,
+/// the loop asks wants_sockets_fd() and adds sockets_fd() to its poller
+/// (readable) or removes it accordingly, and calls sockets_ready() when a
+/// poll reports it. attached(true/false) bracket the source's time in the loop.
 ///
 /// Owned by whoever attached it (the ASGI server); it must be detached from
 /// the loop before it is destroyed. Loop thread only.
@@ -44,6 +51,18 @@ class loop_source {
   virtual void end_of_pass() noexcept = 0;
   /// The eventfd the peer writes to wake a parked loop.
   [[nodiscard]] virtual int fd() const noexcept = 0;
+
+  /// Solo mode: the second descriptor to watch while wants_sockets_fd().
+  [[nodiscard]] virtual int sockets_fd() const noexcept { return -1; }
+  /// Whether sockets_fd() must be watched now (asked once per pass).
+  [[nodiscard]] virtual bool wants_sockets_fd() noexcept { return false; }
+  /// The poll reported sockets_fd() readable.
+  virtual void sockets_ready() noexcept {}
+  /// While sockets_fd() is watched: how long the loop polls before it sleeps
+  /// (adaptive, when the loop has no spin of its own; 0: sleep at once).
+  [[nodiscard]] virtual std::uint32_t sockets_spin_us() const noexcept { return 0; }
+  /// Called when the source joins the loop (true) and when it leaves (false).
+  virtual void attached(bool /*yes*/) noexcept {}
 };
 
 }  // namespace cadeloop::pyhost

@@ -63,14 +63,15 @@ void zero(net::server_counters& c) noexcept {
 
 void zero(io_loop_counters& c) noexcept {
   for (auto* x : {&c.passes, &c.parks, &c.spins, &c.spin_hits, &c.inbound_published,
-                  &c.outbound_taken, &c.wakeups_to_app}) {
+                  &c.outbound_taken, &c.wakeups_to_app, &c.solo_handoffs, &c.solo_steals}) {
     zero(*x);
   }
 }
 
 void zero(app_counters& c) noexcept {
-  for (auto* x : {&c.outbound_staged, &c.outbound_published, &c.inbound_taken, &c.parks,
-                  &c.wakeups_to_io, &c.loop_ticks, &c.app_errors, &c.concurrency_refusals}) {
+  for (auto* x :
+       {&c.outbound_staged, &c.outbound_published, &c.inbound_taken, &c.parks, &c.wakeups_to_io,
+        &c.loop_ticks, &c.app_errors, &c.concurrency_refusals, &c.solo_passes}) {
     zero(*x);
   }
 }
@@ -247,6 +248,9 @@ pair_stats_snapshot snapshot(const pair_stats_page& page) noexcept {
   s.inbound_messages = l.inbound_published.get();
   s.inbound_depth = depth(l.inbound_published, a.inbound_taken);
   s.wakeups_to_app = l.wakeups_to_app.get();
+  s.solo_handoffs = l.solo_handoffs.get();
+  s.solo_steals = l.solo_steals.get();
+  s.solo_passes = a.solo_passes.get();
 
   s.outbound_messages = a.outbound_staged.get();
   s.outbound_depth = depth(a.outbound_published, l.outbound_taken);
@@ -317,7 +321,9 @@ void merge(pair_stats_snapshot& total, const pair_stats_snapshot& b) noexcept {
         &pair_stats_snapshot::ws_bytes_in, &pair_stats_snapshot::ws_bytes_out,
         &pair_stats_snapshot::ws_closes_normal, &pair_stats_snapshot::ws_closes_protocol,
         &pair_stats_snapshot::ws_closes_dropped, &pair_stats_snapshot::ws_closes_other,
-        &pair_stats_snapshot::stuck_episodes, &pair_stats_snapshot::concurrency_refusals}) {
+        &pair_stats_snapshot::stuck_episodes, &pair_stats_snapshot::concurrency_refusals,
+        &pair_stats_snapshot::solo_handoffs, &pair_stats_snapshot::solo_steals,
+        &pair_stats_snapshot::solo_passes}) {
     total.*field += b.*field;
   }
   for (auto field :

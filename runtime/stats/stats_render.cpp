@@ -142,6 +142,9 @@ void json_counters(json_object& o, const snap& s) {
   o.field("spins", s.spins);
   o.field("spin_hits", s.spin_hits);
   o.field("io_passes", s.io_passes);
+  o.field("solo_handoffs", s.solo_handoffs);
+  o.field("solo_steals", s.solo_steals);
+  o.field("solo_passes", s.solo_passes);
   o.field("loop_ticks", s.loop_ticks);
   o.field("write_calls", s.write_calls);
   o.field("protocol_errors", s.protocol_errors);
@@ -553,6 +556,12 @@ std::string render_prometheus(std::span<const pair_stats_snapshot> pairs,
            [](const snap& s) { return s.spin_hits; });
   per_pair(out, pairs, "cadeloop_io_passes_total", "counter", "Passes of the I/O thread's loop.",
            [](const snap& s) { return s.io_passes; });
+  per_pair_labelled(out, pairs, "cadeloop_solo_total", "counter",
+                    "Solo mode: the I/O thread gave the sockets to the app thread (handoffs), took "
+                    "them back from a busy app thread (steals); I/O passes the app thread ran.",
+                    {{"event=\"handoff\"", [](const snap& s) { return s.solo_handoffs; }},
+                     {"event=\"steal\"", [](const snap& s) { return s.solo_steals; }},
+                     {"event=\"app_pass\"", [](const snap& s) { return s.solo_passes; }}});
   per_pair(out, pairs, "cadeloop_loop_ticks_total", "counter",
            "Passes of the app thread's event loop.", [](const snap& s) { return s.loop_ticks; });
   per_pair(out, pairs, "cadeloop_write_calls_total", "counter",

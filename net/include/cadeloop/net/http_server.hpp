@@ -133,11 +133,12 @@ class event_sink {
   virtual ~event_sink() = default;
   /// A request head. `request` numbers the requests of one connection from 0.
   /// The sink takes `head` (it may leave it untouched if it throws). I/O thread.
-  virtual void on_request(connection_id conn, std::uint32_t request, std::unique_ptr<http::request_head>&& head,
-                          const request_info& info) = 0;
+  virtual void on_request(connection_id conn, std::uint32_t request,
+                          std::unique_ptr<http::request_head>&& head, const request_info& info) = 0;
   /// A piece of the body of `request`; the last one has `more_body == false`
   /// (and may be empty). The sink takes `bytes`. I/O thread.
-  virtual void on_body(connection_id conn, std::uint32_t request, byte_buffer&& bytes, bool more_body) = 0;
+  virtual void on_body(connection_id conn, std::uint32_t request, byte_buffer&& bytes,
+                       bool more_body) = 0;
   /// The connection is gone for the app: no more events, and messages naming
   /// it will be dropped. I/O thread.
   virtual void on_disconnect(connection_id conn) = 0;
@@ -158,7 +159,8 @@ class event_sink {
   /// 1002, 1007, 1009), the server's own close completing (the code it sent),
   /// or the TCP connection dropping (1006). At most once per connection,
   /// before its `on_disconnect`. I/O thread.
-  virtual void on_ws_close(connection_id /*conn*/, std::uint16_t /*code*/, std::string&& /*reason*/) {}
+  virtual void on_ws_close(connection_id /*conn*/, std::uint16_t /*code*/,
+                           std::string&& /*reason*/) {}
 };
 
 /// Options of one `http_server::send`. Plain data.
@@ -188,7 +190,8 @@ class http_server {
   /// outlive it). Opens the access log if `options` enable it (throws
   /// std::invalid_argument / std::runtime_error with one line when its format
   /// or file is refused). I/O thread.
-  http_server(boost::asio::io_context& io, event_sink& sink, server_options options, server_counters& counters);
+  http_server(boost::asio::io_context& io, event_sink& sink, server_options options,
+              server_counters& counters);
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;
   /// Closes every socket (no further sink calls). I/O thread.
@@ -270,6 +273,16 @@ class http_server {
   [[nodiscard]] std::size_t connection_count() const noexcept;
   /// Whether some connection has output waiting for the next `flush_writes`. I/O thread.
   [[nodiscard]] bool has_dirty() const noexcept;
+  /// The epoll descriptor of the io_context's reactor (where every socket of
+  /// this server, its timers and its wake-ups are registered): readable while
+  /// the reactor has events not yet collected. Another thread's poller may
+  /// watch it (level-triggered) to know when a `poll()` of the io_context has
+  /// work. -1 if the reactor has none. Any thread.
+  [[nodiscard]] int reactor_descriptor() const noexcept;
+  /// Whether the io_context has handlers ready to run besides its reactor
+  /// (a command applied outside a handler may post one). The thread that
+  /// alone runs the io_context at the time.
+  [[nodiscard]] bool has_ready_handlers() const noexcept;
   /// "127.0.0.1:43211" per listener, comma separated. I/O thread (or any
   /// thread before the I/O thread starts).
   [[nodiscard]] std::string listener_description() const;

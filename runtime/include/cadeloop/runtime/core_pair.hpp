@@ -119,6 +119,9 @@ class app_side {
   /// messages stay queued. App thread.
   template <class Fn>
   std::size_t drain_inbound(Fn&& fn, std::size_t max = SIZE_MAX) {
+    if (sockets_ready_) {
+      serve_ready_sockets();  // solo mode: what the sockets brought is published first
+    }
     net::single_writer_counter& taken = ch_.page.app.inbound_taken;
     return ch_.inbound.drain(
         [&fn, &taken](const inbound_event& ev) {
@@ -186,6 +189,45 @@ class app_side {
   /// Ends a sleep; `signalled`: parker_fd() was readable. App thread.
   void unpark(bool signalled) noexcept;
 
+  // ------------------------------------------------------------ solo mode
+  // (docs/architecture.md, "One thread while little is in flight") While the
+  // I/O thread has nothing to do, it may hand the pair's sockets to this
+  // thread, which then serves them from its own loop: no hand-over between
+  // threads per request. It gives them back when a pass reads more than
+  // `solo_max_batch` messages, and the I/O thread takes them back when it
+  // must drain, or when this thread stays awake without serving them (it
+  // runs Python) for 5-10 ms. A consumer that opts in must, in each pass of
+  // its loop:
+  //   - watch solo_fd() (readable, level-triggered) while serves_sockets()
+  //     is true, asking after its try_park() and before it sleeps; and only then;
+  //   - call sockets_ready() when its poller reported solo_fd() readable;
+  //     drain_inbound(), flush() and try_park() do the rest.
+
+  /// Opts in; false when the pair does not offer solo mode. App thread.
+  bool enable_solo() noexcept;
+  /// Opts out, giving the sockets back if this thread has them. Call it
+  /// before the loop stops running the passes. App thread.
+  void disable_solo() noexcept;
+  /// Whether this thread has the sockets now (then watch solo_fd()). App thread.
+  [[nodiscard]] bool serves_sockets() const noexcept {
+    return solo_ && ch_.owner.load(std::memory_order_seq_cst) != 0;
+  }
+  /// The descriptor to watch while serves_sockets() (-1 if none). Any thread.
+  [[nodiscard]] int solo_fd() const noexcept;
+  /// How long to poll solo_fd() before sleeping (core_pair_options::solo_spin). Any thread.
+  [[nodiscard]] std::uint32_t solo_spin_us() const noexcept {
+    return static_cast<std::uint32_t>(ch_.solo_spin.count());
+  }
+  /// solo_fd() was reported readable: the next drain_inbound() serves the
+  /// sockets first. App thread.
+  void sockets_ready() noexcept { sockets_ready_ = solo_; }
+  /// If this thread serves the sockets and its last read brought one
+  /// message: publishes what is staged and writes it now, before the rest of
+  /// the pass (a response that ends goes out while the app's task finishes).
+  /// Otherwise nothing: flush() publishes it at the end of the pass, one
+  /// batch for many responses. App thread.
+  void write_through() noexcept;
+
   /// Counts an app error (an exception in the app, a malformed message) in
   /// the pair's stats page. App thread.
   void count_app_error() noexcept { ch_.page.app.app_errors.add(); }
@@ -210,12 +252,21 @@ class app_side {
   explicit app_side(pair_channels& ch) noexcept : ch_{ch} {}
   static inbound_message adopt(const inbound_event& ev) noexcept;
   void stage(const outbound_command& cmd);
+  void serve_ready_sockets() noexcept;
+  bool serve_sockets(bool poll) noexcept;
+  void give_sockets_back() noexcept;
 
   pair_channels& ch_;
   // The shared-CPU yield window before a park (try_park); cpu_known_: this
   // thread's CPU was written to ch_.app_cpu.
   shared_cpu_yield yield_;
   bool cpu_known_ = false;
+  // Solo mode: opted in; solo_fd() was readable; the last pass left output
+  // waiting for a write.
+  bool solo_ = false;
+  bool sockets_ready_ = false;
+  bool solo_dirty_ = false;
+  std::size_t solo_last_read_ = 0;  // messages the last pass that collected events published
 };
 
 // =============================================================== core pair

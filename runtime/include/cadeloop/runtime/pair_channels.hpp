@@ -135,6 +135,39 @@ struct core_pair_options {
   /// long each yields the CPU to the other and re-checks for work before it
   /// parks (runtime/include/cadeloop/runtime/shared_cpu.hpp). 0: park at once.
   std::chrono::microseconds shared_cpu_yield{50};
+  /// Solo mode (docs/architecture.md, "One thread while little is in
+  /// flight"): when the I/O thread has nothing to do it hands the pair's
+  /// sockets to an app thread that opted in (`app_side::enable_solo`), which
+  /// then serves them itself, and gives them back when one of its passes
+  /// reads more than this many messages. 0: never.
+  std::uint32_t solo_max_batch = 8;
+  /// Solo mode: how long the app thread, serving the sockets, polls them
+  /// before it sleeps (its loop's adaptive spin). 0: sleep at once.
+  std::chrono::microseconds solo_spin{20};
+};
+
+/// Who serves the pair's sockets (its io_context) right now: only that
+/// thread may touch them. The I/O thread gives them with `app`; the app
+/// thread marks `app_busy` for each pass it runs over them and ends the pass
+/// at `app`, or at `io` when it gives them back; the I/O thread takes them
+/// back from `app` at once, or asks with `app_busy_wanted` during a pass.
+enum class io_owner : int { io = 0, app = 1, app_busy = 2, app_busy_wanted = 3 };
+
+/// What the app thread needs of the I/O thread's loop to run it itself
+/// while it owns the sockets (implemented by the I/O thread).
+class io_pass_host {
+ public:
+  /// The descriptor that is readable while the sockets have events to
+  /// collect (the reactor's epoll set). Any thread.
+  [[nodiscard]] virtual int ready_fd() const noexcept = 0;
+  /// One pass of the I/O loop on the calling thread, which owns the sockets:
+  /// collect readiness (if `poll`), apply the published outbound commands,
+  /// write, publish the inbound batch. Returns the inbound messages it
+  /// published; `dirty` tells whether output is still waiting for a write.
+  virtual std::size_t solo_pass(bool poll, bool& dirty) = 0;
+
+ protected:
+  ~io_pass_host() = default;
 };
 
 /// The state both threads of a pair share: the two rings, the two parkers
@@ -159,6 +192,18 @@ struct pair_channels {
   std::atomic<bool> io_idle{false};
   /// core_pair_options::shared_cpu_yield; set before the I/O thread starts.
   std::chrono::microseconds shared_cpu_yield{0};
+
+  /// Solo mode. `owner` (an io_owner) says who serves the sockets;
+  /// `solo_parker` is what the I/O thread sleeps on while it does not (the
+  /// app thread wakes it when it gives them back, a stop request too);
+  /// `solo_ready` is set by an app thread that serves them when given
+  /// (app_side::enable_solo); `io_host` is the I/O thread, set before it starts.
+  alignas(64) std::atomic<int> owner{static_cast<int>(io_owner::io)};
+  std::atomic<bool> solo_ready{false};
+  parker solo_parker;
+  io_pass_host* io_host = nullptr;
+  std::uint32_t solo_max_batch = 0;
+  std::chrono::microseconds solo_spin{0};
 
   /// Whether both threads are confined to the same one CPU. Any thread.
   [[nodiscard]] bool share_one_cpu() const noexcept {

@@ -38,7 +38,8 @@ enum class pair_state : std::uint32_t {
 /// "unused", "starting", "serving", "draining", "stopped", "stuck" (or "unknown"). Any thread.
 [[nodiscard]] std::string_view state_name(pair_state s) noexcept;
 
-/// The I/O thread's loop counters (besides the HTTP server's). Written only by the I/O thread.
+/// The I/O thread's loop counters (besides the HTTP server's). Written only by the I/O thread
+/// (the HTTP server's, in `io`, by whichever thread serves the sockets: see pair_channels::owner).
 struct alignas(64) io_loop_counters {
   using counter = net::single_writer_counter;
   counter passes;             ///< passes of the I/O loop
@@ -49,6 +50,8 @@ struct alignas(64) io_loop_counters {
                               ///< app.inbound_taken)
   counter outbound_taken;     ///< items taken from the outbound ring
   counter wakeups_to_app;     ///< eventfd writes that woke the app thread
+  counter solo_handoffs;      ///< times it gave the sockets to the app thread (solo mode)
+  counter solo_steals;        ///< times it took them back from an app thread busy in Python
 };
 
 /// The app thread's counters. Written only by the app thread.
@@ -63,6 +66,7 @@ struct alignas(64) app_counters {
   counter loop_ticks;          ///< passes of the app's loop (one flush() each)
   counter app_errors;          ///< app exceptions and malformed messages (reported by the app side)
   counter concurrency_refusals;  ///< requests and websockets refused with 503 by limit_concurrency
+  counter solo_passes;           ///< I/O passes the app thread ran itself (solo mode)
 };
 
 /// The watchdog's beats. `app_busy` is written by the app thread (1 while it
@@ -103,7 +107,7 @@ struct alignas(64) page_header {
 /// for its private page) and must outlive the pair placed on it.
 struct pair_stats_page {
   static constexpr std::uint32_t magic_value = 0x53'50'44'43;  // "CDPS"
-  static constexpr std::uint32_t layout_version = 2;
+  static constexpr std::uint32_t layout_version = 3;
 
   page_header header;
   net::server_counters io;
@@ -200,6 +204,8 @@ struct pair_stats_snapshot {
   std::uint64_t inbound_messages = 0;  ///< items ever published on the inbound ring
   std::uint64_t inbound_depth = 0;     ///< published by the I/O thread, not yet taken by the app
   std::uint64_t wakeups_to_app = 0;
+  std::uint64_t solo_handoffs = 0;  ///< times the I/O thread gave the sockets to the app thread
+  std::uint64_t solo_steals = 0;    ///< times it took them back from a busy app thread
 
   // App thread.
   std::uint64_t outbound_messages = 0;  ///< messages the app staged
@@ -209,6 +215,7 @@ struct pair_stats_snapshot {
   std::uint64_t loop_ticks = 0;
   std::uint64_t app_errors = 0;
   std::uint64_t concurrency_refusals = 0;  ///< 503s of limit_concurrency
+  std::uint64_t solo_passes = 0;           ///< I/O passes the app thread ran itself
 
   // Watchdog.
   std::uint64_t stuck_episodes = 0;  ///< times the pair was marked stuck
