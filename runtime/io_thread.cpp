@@ -266,7 +266,8 @@ void io_thread::park() {
 bool io_thread::solo_allowed() const noexcept {
   return options_.solo_max_batch > 0 && reactor_fd_ >= 0 && !draining_ &&
          ch_.solo_ready.load(std::memory_order_acquire) &&
-         !ch_.stop_requested.load(std::memory_order_acquire) && !ch_.outbound.has_pending();
+         !ch_.stop_requested.load(std::memory_order_acquire) && !ch_.outbound.has_pending() &&
+         !server_->has_ready_handlers();
 }
 
 void io_thread::give_sockets_to_app() {
@@ -355,17 +356,19 @@ std::size_t io_thread::solo_pass(bool poll, bool& dirty) {
     io_.poll();
     after_wake_handlers();
   }
-  const std::size_t applied = drain_outbound();
+  (void)drain_outbound();
   server_->flush_writes();
-  if (applied != 0 && server_->has_ready_handlers()) {
-    // A command posted a completion (a read wait that found bytes already
-    // there): nothing would make ready_fd() readable for it, so it runs now.
+  // Handlers a command or a write posted (a read wait that found bytes
+  // already there, a connection that may read its next request): nothing
+  // makes ready_fd() readable for them, so they run now, a few rounds at
+  // most; what is left makes the caller pass again before it sleeps.
+  for (int round = 0; round < 4 && server_->has_ready_handlers(); ++round) {
     io_.poll();
     server_->flush_writes();
   }
   const std::size_t published = flush_inbound();
   ch_.page.io_loop.passes.add();
-  dirty = server_->has_dirty();
+  dirty = server_->has_dirty() || server_->has_ready_handlers();
   return published;
 }
 

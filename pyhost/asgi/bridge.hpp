@@ -495,6 +495,7 @@ class bridge final : public loop_source {
   void shed_stalled();
   // Drained notices asked for so far (orders conn_state::drain_asked).
   std::uint64_t drain_asks_ = 0;
+  void ask_stale_counts();
   void asked_drain(conn_state& cs) noexcept {
     cs.waiting_drain = true;
     cs.drain_asked = ++drain_asks_;

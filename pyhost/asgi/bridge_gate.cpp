@@ -105,11 +105,38 @@ void bridge::shed_stalled() {
     }
   }
   if (oldest == nullptr) {
-    return;  // only stale counts hold the gate: drained notices and ends of responses open it
+    ask_stale_counts();
+    return;
   }
   oldest->shed = true;
   ++stats_.gate_cuts;
   side_.abort(net::connection_id{static_cast<std::uint32_t>(slot), oldest->generation});
+}
+
+// No send waits for a drain: what holds the gate are counts of bytes staged
+// on connections that asked for no notice (each stayed under its high mark
+// when it sent them). Those bytes may long be written; ask each such
+// connection for a notice now (an empty send that only asks), so the I/O
+// side answers with what is really unsent and the gate opens or a later
+// pass can cut a reader that does not read.
+void bridge::ask_stale_counts() {
+  for (std::size_t i = 0; i < conns_.size(); ++i) {
+    conn_state& cs = conns_[i];
+    if (cs.generation == 0 || cs.waiting_drain || cs.shed || cs.sent_since_notice == 0 ||
+        cs.active.empty()) {
+      continue;
+    }
+    const request_object* r = cs.active.front();
+    runtime::send_options o;
+    o.notify_drained = true;
+    try {
+      side_.send(net::connection_id{static_cast<std::uint32_t>(i), cs.generation}, r->seq,
+                 net::byte_buffer{}, o);
+    } catch (const std::bad_alloc&) {
+      return;  // the next pass asks again
+    }
+    asked_drain(cs);
+  }
 }
 
 void bridge::drop_gate() noexcept {
