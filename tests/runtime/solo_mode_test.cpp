@@ -147,7 +147,12 @@ class solo_mode : public ::testing::Test {
   // Joins the pair on another thread; whether it ended within `limit`.
   bool stops_within(std::chrono::milliseconds limit) {
     auto done = std::async(std::launch::async, [this] { pair->join(); });
-    return done.wait_for(limit) == std::future_status::ready;
+    if (done.wait_for(limit) == std::future_status::ready) {
+      return true;
+    }
+    ADD_FAILURE() << "the pair did not stop: waiting for it (a hang ends at the test's timeout)";
+    std::fflush(stdout);
+    return false;
   }
 
   cadeloop::runtime::core_pair_options opt;
@@ -268,6 +273,39 @@ TEST_F(solo_mode, ABlockedAppThreadLosesTheSocketsAndOtherClientsAreStillRead) {
   round_trip(b, "/after");
   ASSERT_FALSE(HasFatalFailure());
   EXPECT_TRUE(eventually([&] { return stats().solo_passes > after.solo_passes; }, 5s));
+}
+
+TEST_F(solo_mode, WriteThroughSendsAnEndedResponseBeforeThePassEnds) {
+  // A response that ends, written through while the app thread still has
+  // work in the same pass (its task finishing): the client has it at once.
+  std::atomic<bool> client_has_it{false};
+  std::atomic<bool> held_sockets{false};
+  std::atomic<bool> answered_inside{false};
+  ASSERT_TRUE(start([&](solo_app& a, inbound_message& m) {
+    if (m.head->target() != "/through") {
+      return false;
+    }
+    held_sockets.store(a.side().serves_sockets());
+    a.respond(m.conn, m.request);
+    a.side().write_through();
+    // Still inside the pass: the client must not need flush() to see it.
+    answered_inside.store(eventually([&] { return client_has_it.load(); }, 2s));
+    return true;
+  }));
+  test_client c = client();
+  ASSERT_TRUE(c.connected());
+  round_trip(c, "/warm");
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(handed_over(1));
+  ASSERT_TRUE(c.send(get_request("/through")));
+  const http_response r = c.read_response();
+  client_has_it.store(true);
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.body, "ok /through");
+  EXPECT_TRUE(eventually([&] { return answered_inside.load(); }, 3s))
+      << "the response reached the client only after the app thread's pass";
+  EXPECT_TRUE(held_sockets.load());
+  round_trip(c, "/next");
 }
 
 // ------------------------------------------------ stopping
