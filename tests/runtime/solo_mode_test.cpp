@@ -308,6 +308,65 @@ TEST_F(solo_mode, WriteThroughSendsAnEndedResponseBeforeThePassEnds) {
   round_trip(c, "/next");
 }
 
+TEST_F(solo_mode, HandOversGiveBacksAndStealsKeepEveryConnectionInOrder) {
+  // All three ways the sockets change hands, again and again, while four
+  // clients pipeline: bursts past the batch (given back), single requests
+  // (served by the app thread), and now and then an app thread busy for
+  // 15 ms (stolen).
+  opt.solo_max_batch = 4;
+  std::atomic<int> seen{0};
+  ASSERT_TRUE(start([&](solo_app&, inbound_message&) {
+    if (seen.fetch_add(1) % 60 == 59) {
+      std::this_thread::sleep_for(15ms);
+    }
+    return false;
+  }));
+  constexpr int clients = 4;
+  constexpr int rounds = 40;
+  std::vector<std::string> failures(clients);
+  std::vector<std::thread> threads;
+  int total = 0;
+  for (int n = 0; n < clients; ++n) {
+    for (int i = 0; i < rounds; ++i) {
+      total += 1 + (n + i) % 7;
+    }
+    threads.emplace_back([&, n] {
+      std::string& failure = failures[static_cast<std::size_t>(n)];
+      test_client c = client();
+      for (int i = 0; i < rounds && failure.empty(); ++i) {
+        const int depth = 1 + (n + i) % 7;
+        std::string burst;
+        for (int k = 0; k < depth; ++k) {
+          burst += get_request(numbered("/m", n * 10000 + i * 10 + k));
+        }
+        if (!c.send(burst)) {
+          failure = "send failed";
+          break;
+        }
+        for (int k = 0; k < depth; ++k) {
+          const std::string target = numbered("/m", n * 10000 + i * 10 + k);
+          const http_response r = c.read_response();
+          if (!r.ok || r.body != "ok " + target) {
+            failure = std::string{"bad answer for "}.append(target).append(": ").append(r.body);
+            break;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  for (const std::string& f : failures) {
+    EXPECT_EQ(f, "");
+  }
+  const core_pair_stats s = stats();
+  print("mixed load", s);
+  EXPECT_EQ(s.requests, static_cast<std::uint64_t>(total));
+  EXPECT_GE(s.solo_handoffs, 1u);
+  EXPECT_GT(s.solo_passes, 0u);
+}
+
 // ------------------------------------------------ stopping
 
 TEST_F(solo_mode, AStopTakesTheSocketsFromAnIdleAppAndDrains) {
