@@ -367,6 +367,46 @@ TEST_F(solo_mode, HandOversGiveBacksAndStealsKeepEveryConnectionInOrder) {
   EXPECT_GT(s.solo_passes, 0u);
 }
 
+TEST_F(solo_mode, AnAppThreadStuckWithTheSocketsIsStillSeenByTheWatchdog) {
+  // The watchdog's beat is a timer of the I/O loop: while the app thread
+  // holds the sockets it runs in the app's passes. Stuck holding them, the
+  // app thread loses them, and the I/O thread's beat marks the pair stuck.
+  opt.stuck_timeout = 200ms;
+  std::atomic<bool> in_hook{false};
+  std::atomic<bool> release{false};
+  ASSERT_TRUE(start([&](solo_app&, inbound_message& m) {
+    if (m.head->target() == "/stuck") {
+      in_hook.store(true);
+      const auto until = std::chrono::steady_clock::now() + 3s;
+      while (!release.load() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(1ms);
+      }
+    }
+    return false;
+  }));
+  test_client c = client();
+  ASSERT_TRUE(c.connected());
+  round_trip(c, "/warm");
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(handed_over(1));
+  ASSERT_TRUE(c.send(get_request("/stuck")));
+  ASSERT_TRUE(eventually([&] { return in_hook.load(); }, 5s));
+  // A second request waits for the stuck app: it has work and no progress.
+  test_client d = client();
+  ASSERT_TRUE(d.connected());
+  ASSERT_TRUE(d.send(get_request("/waiting")));
+  const bool marked = eventually([&] { return stats().stuck_episodes >= 1; }, 2s);
+  release.store(true);
+  EXPECT_TRUE(marked) << "the pair was marked stuck while its app thread held on";
+  const http_response r = c.read_response();
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.body, "ok /stuck");
+  const http_response rd = d.read_response();
+  ASSERT_TRUE(rd.ok);
+  EXPECT_EQ(rd.body, "ok /waiting");
+  EXPECT_TRUE(eventually([&] { return stats().stuck_since_ms == 0; }, 3s)) << "progresses again";
+}
+
 // ------------------------------------------------ stopping
 
 TEST_F(solo_mode, AStopTakesTheSocketsFromAnIdleAppAndDrains) {
