@@ -33,10 +33,11 @@
 // The app thread's pass over the sockets (io_thread::solo_pass, run by
 // app_side) collects readiness with epoll_wait on the reactor's descriptor
 // (solo_fd()). This definition wraps the C library's (or, under a
-// sanitizer, the sanitizer's interceptor, so its model of the descriptors
-// stays whole) and, once armed, runs a test action on the app thread at
-// that point (once the pass has collected events, before their handlers
-// run): a stop requested while the app thread is inside a pass.
+// sanitizer that intercepts it, as TSan does, the interceptor, so its
+// model of the descriptors stays whole) and, once armed, runs a test action
+// on the app thread at that point (once the pass has collected events,
+// before their handlers run): a stop requested while the app thread is
+// inside a pass.
 
 extern "C" int __interceptor_epoll_wait(int, epoll_event*, int, int) __attribute__((weak));
 
@@ -75,7 +76,6 @@ namespace {
 using namespace std::chrono_literals;
 using cadeloop::runtime::core_pair;
 using cadeloop::runtime::core_pair_stats;
-using cadeloop::runtime::inbound_kind;
 using cadeloop::runtime::inbound_message;
 using cadeloop::test::eventually;
 using cadeloop::test::get_request;
