@@ -42,7 +42,6 @@ constexpr int solo_look_max_ms = 100;
 
 constexpr int owner_io = static_cast<int>(io_owner::io);
 constexpr int owner_app = static_cast<int>(io_owner::app);
-constexpr int owner_app_busy = static_cast<int>(io_owner::app_busy);
 constexpr int owner_app_busy_wanted = static_cast<int>(io_owner::app_busy_wanted);
 
 // Whether the calling thread may run on one CPU only (the server confined with
