@@ -278,6 +278,11 @@ void app_side::write_through() noexcept {
   }
 }
 
+bool app_side::poll_sockets() noexcept {
+  sockets_ready_ = false;
+  return serve_sockets(true) && ch_.inbound.has_pending();
+}
+
 void app_side::serve_ready_sockets() noexcept {
   sockets_ready_ = false;
   (void)serve_sockets(true);

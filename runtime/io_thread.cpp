@@ -36,9 +36,10 @@ constexpr std::size_t outbound_per_pass = 4096;
 // looks whether the app thread still serves them. Awake without serving for
 // two looks in a row (5-10 ms), it is running Python: the I/O thread takes
 // the sockets back. While the app thread sleeps (it then wakes for any
-// socket event itself), the looks back off to one per 100 ms.
+// socket event itself), the looks back off to one per 25 ms, which bounds
+// how late a wait that began while it slept is noticed.
 constexpr int solo_look_ms = 5;
-constexpr int solo_look_max_ms = 100;
+constexpr int solo_look_max_ms = 25;
 
 constexpr int owner_io = static_cast<int>(io_owner::io);
 constexpr int owner_app = static_cast<int>(io_owner::app);
@@ -263,6 +264,12 @@ void io_thread::park() {
 // ------------------------------------------------------------------ solo mode
 
 bool io_thread::solo_allowed() const noexcept {
+  // After a steal, not again until the app thread parked or served a pass:
+  // one still busy in Python would only have them stolen back.
+  const app_counters& app = ch_.page.app;
+  if (stolen_mark_ != 0 && app.parks.get() + app.solo_passes.get() + 1 == stolen_mark_) {
+    return false;
+  }
   return options_.solo_max_batch > 0 && reactor_fd_ >= 0 && !draining_ &&
          ch_.solo_ready.load(std::memory_order_acquire) &&
          !ch_.stop_requested.load(std::memory_order_acquire) && !ch_.outbound.has_pending() &&
@@ -274,6 +281,15 @@ void io_thread::give_sockets_to_app() {
   // Everything this thread did to the sockets happens before the app
   // thread's first pass (its acquire of `owner`).
   ch_.owner.store(owner_app, std::memory_order_seq_cst);
+  // The app thread may have opted out since solo_allowed() asked: it then
+  // found the sockets with us (its CAS failed) and will not serve them.
+  if (!ch_.solo_ready.load(std::memory_order_seq_cst)) {
+    int expected = owner_app;
+    if (ch_.owner.compare_exchange_strong(expected, owner_io, std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+      return;
+    }
+  }
   ctr.solo_handoffs.add();
   // A parked app thread learns it at once (it then watches ready_fd()); an
   // awake one at its next park, which re-checks `owner`.
@@ -327,6 +343,7 @@ void io_thread::give_sockets_to_app() {
     if (ch_.owner.compare_exchange_strong(expected, owner_io, std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
       ctr.solo_steals.add();
+      stolen_mark_ = ch_.page.app.parks.get() + ch_.page.app.solo_passes.get() + 1;
       return;
     }
     awake_without_pass = false;

@@ -109,6 +109,9 @@ class io_thread final : public net::event_sink, public io_pass_host {
   bool wake_fired_ = false;
   shared_cpu_yield yield_;  // the window before a park when the app shares our CPU
   int reactor_fd_ = -1;     // the io_context's epoll set (solo mode's readiness)
+  // Solo mode: the app thread's parks + passes (+1) when the sockets were
+  // last stolen from it; 0: never.
+  std::uint64_t stolen_mark_ = 0;
   std::thread thread_;
 };
 

@@ -139,6 +139,14 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
              "--stats-json-on-exit", str(STATS_FILE), "--shared-cpu-yield-us", "0"],
             str(ROOT / ".venv/bin/python"),
         ),
+        # Solo mode off (solo_max_batch 0, on by default since 2026-12-02): the two threads of the pair hand
+        # every request over, as before; for A/B rounds in one build.
+        "cadeloop-nosolo": Server(
+            "cadeloop, solo mode off",
+            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE), "--solo-max-batch", "0"],
+            str(ROOT / ".venv/bin/python"),
+        ),
         # The same build on CPython 3.11 (.venv-3.11, made by scripts/setup; a worker process instead of a
         # sub-interpreter), for comparisons on the Python the Rust cadeloop runs on.
         "cadeloop-py311": Server(

@@ -314,6 +314,7 @@ class bridge final : public loop_source {
   [[nodiscard]] int sockets_fd() const noexcept override { return side_.solo_fd(); }
   [[nodiscard]] bool wants_sockets_fd() noexcept override { return side_.serves_sockets(); }
   void sockets_ready() noexcept override { side_.sockets_ready(); }
+  [[nodiscard]] bool serve_sockets_nogil() noexcept override { return side_.poll_sockets(); }
   [[nodiscard]] std::uint32_t sockets_spin_us() const noexcept override {
     return side_.solo_spin_us();
   }

@@ -97,8 +97,11 @@ int timeout_ms_for(double seconds) {
 }
 
 /// Spin before park: with the GIL released, watch the cross-thread queue and
-/// (if there are fds) poll without blocking, for up to spin_us. Returns the
-/// number of poll events found (>= 0), or -1 for "work arrived in the queue".
+/// (if there are fds) poll without blocking, for up to spin_us; in solo mode
+/// the source serves its sockets itself (no Python runs there), which saves
+/// the loop's own poll of their descriptor. Returns the number of poll
+/// events found (>= 0), -1 for "work arrived in the queue", -2 for "the
+/// source published work".
 int spin(loop_state& st, int timeout_ms, std::uint32_t spin_us) {
   const double budget = std::min(static_cast<double>(spin_us) * 1e-6,
                                  timeout_ms < 0 ? max_poll_seconds : timeout_ms * 1e-3);
@@ -110,11 +113,17 @@ int spin(loop_state& st, int timeout_ms, std::uint32_t spin_us) {
       found = -1;
       break;
     }
-    if ((st.fds_registered > 0 || st.source_sockets_watched) && i % 16 == 15) {
-      const int n = st.poller.wait(st.events, 0);
-      if (n != 0) {
-        found = n;
+    if (i % 16 == 15) {
+      if (st.source_sockets_watched && st.source->serve_sockets_nogil()) {
+        found = -2;
         break;
+      }
+      if (st.fds_registered > 0) {
+        const int n = st.poller.wait(st.events, 0);
+        if (n != 0) {
+          found = n;
+          break;
+        }
       }
     }
     if (monotonic_now() >= deadline) {
@@ -204,6 +213,7 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
 
   int n = 0;
   bool parked = false;
+  bool source_found = false;  // the spin's own serving of the source's sockets found work
   if (const std::uint32_t spin_us = spin_budget_us(st);
       timeout_ms != 0 && should_spin(st, spin_us)) {
     ++st.spins;
@@ -212,6 +222,7 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
       ++st.spin_hits;
       st.spin_misses_in_row = 0;
       if (n < 0) {
+        source_found = n == -2;
         n = 0;
       }
       timeout_ms = 0;
@@ -253,7 +264,7 @@ PyObject* loop_run_once(PyObject* self, PyObject*) {
     Py_BEGIN_ALLOW_THREADS n = st.poller.wait(st.events, timeout_ms);
     Py_END_ALLOW_THREADS++ st.polls;
   } else if (timeout_ms == 0 && n == 0) {
-    if (st.fds_registered == 0 && !st.source_sockets_watched) {
+    if (st.fds_registered == 0 && (!st.source_sockets_watched || source_found)) {
       // Nothing to poll for: the cross-thread queue is read directly, so a
       // non-blocking poll could only find the eventfd. Skip the system call.
       ++st.polls_elided;

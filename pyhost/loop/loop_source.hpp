@@ -58,6 +58,10 @@ class loop_source {
   [[nodiscard]] virtual bool wants_sockets_fd() noexcept { return false; }
   /// The poll reported sockets_fd() readable.
   virtual void sockets_ready() noexcept {}
+  /// While sockets_fd() is watched: serves them now, from the loop's spin,
+  /// with the loop's GIL released (no Python object is touched). True: work
+  /// for the next run() was published.
+  [[nodiscard]] virtual bool serve_sockets_nogil() noexcept { return false; }
   /// While sockets_fd() is watched: how long the loop polls before it sleeps
   /// (adaptive, when the loop has no spin of its own; 0: sleep at once).
   [[nodiscard]] virtual std::uint32_t sockets_spin_us() const noexcept { return 0; }

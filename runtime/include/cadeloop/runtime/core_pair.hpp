@@ -218,6 +218,10 @@ class app_side {
   [[nodiscard]] std::uint32_t solo_spin_us() const noexcept {
     return static_cast<std::uint32_t>(ch_.solo_spin.count());
   }
+  /// Serves the sockets now if this thread has them (a pass that collects
+  /// their events; it runs no Python, so the caller may hold no GIL). True
+  /// when inbound messages are waiting afterwards. App thread.
+  bool poll_sockets() noexcept;
   /// solo_fd() was reported readable: the next drain_inbound() serves the
   /// sockets first. App thread.
   void sockets_ready() noexcept { sockets_ready_ = solo_; }
