@@ -206,7 +206,8 @@ void io_thread::park() {
     const auto outcome = yield_.run(
         ch_.shared_cpu_yield,
         [this] {
-          return ch_.outbound.has_pending() || ch_.stop_requested.load(std::memory_order_seq_cst) ||
+          return ch_.outbound.has_pending() ||
+                 (!draining_ && ch_.stop_requested.load(std::memory_order_seq_cst)) ||
                  io_.poll() > 0;
         },
         [this] { return ch_.app_parker.parked(); });
@@ -245,7 +246,10 @@ void io_thread::park() {
     }
   }
   const bool sleep = ch_.io_parker.try_park([this] {
-    return ch_.outbound.has_pending() || ch_.stop_requested.load(std::memory_order_seq_cst);
+    // A stop request is news only until the drain began: during the drain
+    // the loop sleeps like any other (the grace timer ends the sleep).
+    return ch_.outbound.has_pending() ||
+           (!draining_ && ch_.stop_requested.load(std::memory_order_seq_cst));
   });
   if (!sleep) {
     return;
