@@ -31,17 +31,18 @@ bool http_server::impl::refuse_over_budget(connection& c) {
 // closed (the sender too, when it is the slowest). A connection with only a
 // little output pending (a small response, a 503 on its way out) is passed
 // over: cutting it would free next to nothing and lose a client that reads.
-// So is one whose socket has not refused a write yet (no wait for
-// writability armed): its bytes go out in this pass's writes, and a client
-// that just asked is not a slow one (in solo mode a response is applied and
-// written in one pass, while a reader that reads nothing has long filled
-// its socket's buffer and waits for writability).
-void http_server::impl::enforce_memory_budget() {
+// So is the sender itself while its socket has not refused a write yet (no
+// wait for writability armed): its bytes go out in this pass's writes, and
+// a client that just asked is not a slow one (in solo mode a response is
+// applied and written in one pass, while readers that read nothing have
+// long filled their sockets' buffers; cutting the one client that reads
+// would free its bytes and serve nobody).
+void http_server::impl::enforce_memory_budget(const connection& sender) {
   constexpr std::uint64_t worth_cutting = 16 * 1024;
   deadline_list& l = lists_[static_cast<std::size_t>(timer_kind::write)];
   for (connection* c = l.head; c != nullptr && over_memory_budget();) {
     connection* next = c->tnext;  // close_now unlinks c only
-    if (c->unsent >= worth_cutting && c->write_armed) {
+    if (c->unsent >= worth_cutting && (c != &sender || c->write_armed)) {
       ctr_.budget_cuts.add();
       close_now(*c);
     }

@@ -289,7 +289,7 @@ class http_server::impl {
     return ctr_.unsent_bytes.get() + unread_total_ > opt_.memory_budget;
   }
   bool refuse_over_budget(connection& c);
-  void enforce_memory_budget();
+  void enforce_memory_budget(const connection& sender);
 
   void on_timer();
   void expire(connection& c, timer_kind k);

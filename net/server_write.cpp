@@ -75,7 +75,7 @@ bool http_server::impl::send(connection_id id, std::uint32_t seq, byte_buffer&& 
     check_drained(*c);
     settle(*c);
   }
-  enforce_memory_budget();  // as bytes arrive, not only after writes
+  enforce_memory_budget(*c);  // as bytes arrive, not only after writes
   return true;
 }
 

@@ -115,6 +115,35 @@ TEST_F(slow_client_test, TheMemoryBudgetCutsTheSlowestWhenASendArrives) {
   EXPECT_LE(counters.unsent_bytes.get(), opt.memory_budget);
 }
 
+// The sender itself is spared while its socket has not refused a write: a
+// response staged whole in one pass (solo mode applies and writes in the
+// same pass) goes out in this pass's writes; cutting the client that asked
+// would serve nobody. Once its socket refused bytes, it is fair game.
+TEST_F(slow_client_test, TheMemoryBudgetSparesASenderWhoseSocketHasNotRefusedAWrite) {
+  opt.memory_budget = std::uint64_t{1} << 20;
+  start();
+  raw_client a{port};
+  ASSERT_TRUE(a.send(get_request("/a")));
+  ASSERT_TRUE(pump_until([&] { return sink.count(kind::request) == 1; }));
+  const connection_id ia = sink.requests()[0].conn;
+  std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 67108864\r\n\r\n";
+  std::string chunk(std::size_t{3} << 20, 'x');
+  ASSERT_TRUE(server->send(ia, 0, byte_buffer::copy_of(head + chunk), send_flags{}));
+  EXPECT_EQ(counters.budget_cuts.get(), 0u);
+  EXPECT_EQ(sink.count(kind::disconnect), 0u);
+  // Writes fill the socket (the client reads nothing) until it refuses
+  // bytes and a wait for writability is armed; the next send over the
+  // budget then cuts it.
+  for (int i = 0; i < 32 && counters.budget_cuts.get() == 0; ++i) {
+    server->flush_writes();
+    if (!server->send(ia, 0, byte_buffer::copy_of(chunk), send_flags{})) {
+      break;
+    }
+  }
+  EXPECT_EQ(counters.budget_cuts.get(), 1u);
+  EXPECT_EQ(sink.count(kind::disconnect), 1u);
+}
+
 // Body bytes the app has not read count too: over the budget, a new request
 // is answered 503 and never reaches the app.
 TEST_F(slow_client_test, ANewRequestOverTheMemoryBudgetGets503) {
