@@ -9,6 +9,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -297,8 +298,9 @@ bool app_side::serve_sockets(bool poll) noexcept {
   }
   bool dirty = false;
   std::size_t published = 0;
+  std::size_t handlers = 0;
   try {
-    published = ch_.io_host->solo_pass(poll, dirty);
+    published = ch_.io_host->solo_pass(poll, dirty, handlers);
   } catch (...) {
     // Only allocation failure gets here, as on the I/O thread: the pair
     // cannot continue in any sound state.
@@ -309,10 +311,11 @@ bool app_side::serve_sockets(bool poll) noexcept {
   if (poll) {
     solo_last_read_ = published;
   }
-  // Back to `app`, unless the pass read a batch the two threads serve better
-  // (more than solo_max_batch messages), or the I/O thread asked for them.
+  // Back to `app`, unless the pass did a batch the two threads serve better
+  // (more than solo_max_batch messages, or as many socket handlers: TLS
+  // handshakes publish nothing), or the I/O thread asked for them.
   expected = owner_app_busy;
-  if (published > ch_.solo_max_batch ||
+  if (std::max(published, handlers) > ch_.solo_max_batch ||
       !ch_.owner.compare_exchange_strong(expected, owner_app, std::memory_order_release,
                                          std::memory_order_relaxed)) {
     ch_.owner.store(owner_io, std::memory_order_seq_cst);

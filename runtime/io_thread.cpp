@@ -371,9 +371,10 @@ bool io_thread::take_sockets_back() noexcept {
   }
 }
 
-std::size_t io_thread::solo_pass(bool poll, bool& dirty) {
+std::size_t io_thread::solo_pass(bool poll, bool& dirty, std::size_t& handlers) {
+  handlers = 0;
   if (poll) {
-    io_.poll();
+    handlers = io_.poll();
     after_wake_handlers();
   }
   (void)drain_outbound();

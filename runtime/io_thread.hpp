@@ -72,7 +72,7 @@ class io_thread final : public net::event_sink, public io_pass_host {
 
   // io_pass_host: the app thread runs the loop's pass while it owns the sockets.
   [[nodiscard]] int ready_fd() const noexcept override { return reactor_fd_; }
-  std::size_t solo_pass(bool poll, bool& dirty) override;
+  std::size_t solo_pass(bool poll, bool& dirty, std::size_t& handlers) override;
 
  private:
   void run() noexcept;

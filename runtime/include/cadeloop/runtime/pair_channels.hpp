@@ -163,8 +163,9 @@ class io_pass_host {
   /// One pass of the I/O loop on the calling thread, which owns the sockets:
   /// collect readiness (if `poll`), apply the published outbound commands,
   /// write, publish the inbound batch. Returns the inbound messages it
-  /// published; `dirty` tells whether output is still waiting for a write.
-  virtual std::size_t solo_pass(bool poll, bool& dirty) = 0;
+  /// published; `dirty` tells whether output is still waiting for a write,
+  /// `handlers` how many socket and timer handlers the collection ran.
+  virtual std::size_t solo_pass(bool poll, bool& dirty, std::size_t& handlers) = 0;
 
  protected:
   ~io_pass_host() = default;
