@@ -226,7 +226,9 @@ def test_64_connections_pipelined_every_answer_right(tmp_path: Path, one_cpu: bo
     finally:
         t = stop_and_count(srv, stats)
     assert t["requests"] == t["responses"] == 64 * 4 * 4 + 40, t
-    assert t["solo_handoffs"] >= 1 and t["solo_passes"] > 0, t
+    # Both modes: the app thread served alone (passes), the sockets went back to the I/O thread under the
+    # burst (a pass read more than solo_max_batch messages) and were handed over again once it was quiet.
+    assert t["solo_passes"] > 0 and t["solo_handoffs"] >= 2, t
 
 
 # -------------------------------------------------------- WebSocket, TLS
