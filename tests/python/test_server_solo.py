@@ -95,9 +95,16 @@ def test_one_connection_many_requests_and_bodies_in_order(tmp_path: Path, isolat
                 status, _, got = read_response(f)
                 assert status == 200 and json.loads(got) == {"size": len(whole),
                                                             "sha256": hashlib.sha256(whole).hexdigest()}
+        # Connection: close: the answer, then the server closes (a timeout here would raise).
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
+                s.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                with s.makefile("rb") as f:
+                    assert read_response(f)[::2] == (200, b"hello")
+                    assert f.read() == b""
     finally:
         t = stop_and_count(srv, stats)
-    n = 200 + len(sizes) + 2
+    n = 200 + len(sizes) + 2 + 5
     assert t["requests"] == t["responses"] == n, t
     assert t["solo_passes"] > 0 and t["solo_handoffs"] >= 1, t
     # One thread served them: hardly a wake-up between the threads per request.
@@ -228,14 +235,15 @@ def test_the_io_thread_sleeps_while_a_drain_waits_for_a_slow_stream(tmp_path: Pa
 # ------------------------------------------------------- many connections
 
 
-@pytest.mark.parametrize("one_cpu", [True, False], ids=["one-cpu", "any-cpu"])
-def test_64_connections_pipelined_every_answer_right(tmp_path: Path, one_cpu: bool) -> None:
+@pytest.mark.parametrize(("one_cpu", "cores"), [(True, "1"), (False, "1"), (False, "2")],
+                         ids=["one-cpu", "any-cpu", "two-pairs"])
+def test_64_connections_pipelined_every_answer_right(tmp_path: Path, one_cpu: bool, cores: str) -> None:
     stats = tmp_path / "stats.json"
     flags = ("--stats-json-on-exit", str(stats))
     if one_cpu:
         srv = one_cpu_server(tmp_path, *flags)
     else:
-        srv = ServerProcess("raw_app:app", "--cores", "1", *flags, tmp=tmp_path).start()
+        srv = ServerProcess("raw_app:app", "--cores", cores, *flags, tmp=tmp_path).start()
     try:
         echo_in_order(srv.port, 20)  # alone on the pair: solo mode
         assert pipelined_clients(srv.port, clients=64, batches=4, depth=4, timeout=20) == []
