@@ -111,6 +111,36 @@ def test_one_connection_many_requests_and_bodies_in_order(tmp_path: Path, isolat
     assert t["wakeups_to_app"] + t["wakeups_to_io"] < n / 4, t
 
 
+def test_a_body_that_comes_slowly_and_a_client_that_goes_away(tmp_path: Path) -> None:
+    # The app thread waits in its loop for the rest of a body (and for a disconnect) while it serves the
+    # sockets itself: each piece must wake it, and so must the client's close.
+    stats = tmp_path / "stats.json"
+    srv = ServerProcess("raw_app:app", "--cores", "1", "--stats-json-on-exit", str(stats), tmp=tmp_path).start()
+    try:
+        echo_in_order(srv.port, 5)
+        pieces = [os.urandom(1000 + i) for i in range(6)]
+        whole = b"".join(pieces)
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(f"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: {len(whole)}\r\n\r\n".encode())
+            for piece in pieces:
+                time.sleep(0.05)
+                s.sendall(piece)
+            with s.makefile("rb") as f:
+                status, _, got = read_response(f)
+        assert status == 200 and json.loads(got)["sha256"] == hashlib.sha256(whole).hexdigest()
+        assert json.loads(got)["size"] == len(whole)
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"GET /longpoll HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.1)
+        deadline = time.monotonic() + 5
+        while (events := httpx.get(srv.url + "/events").json()) == [] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert events == ["longpoll: http.disconnect"], events
+    finally:
+        t = stop_and_count(srv, stats)
+    assert t["solo_passes"] > 0 and t["solo_handoffs"] >= 1, t
+
+
 # ------------------------------------------------------ an app that blocks
 
 
