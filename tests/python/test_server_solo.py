@@ -353,6 +353,20 @@ def test_solo_max_batch_0_keeps_the_two_threads(tmp_path: Path) -> None:
     assert t["solo_steals"] == 0, t
 
 
+@pytest.mark.parametrize("flags", [("--solo-spin-us", "0"), ("--solo-max-batch", "1"),
+                                   ("--solo-spin-us", "1000", "--solo-max-batch", "65536")],
+                         ids=["no-spin", "batch-1", "long-spin-huge-batch"])
+def test_extreme_solo_settings_answer_right(tmp_path: Path, flags: tuple[str, ...]) -> None:
+    srv, stats = solo_server(tmp_path, *flags)
+    try:
+        echo_in_order(srv.port, 50)
+        assert pipelined_clients(srv.port, clients=8, batches=4, depth=8) == []
+        echo_in_order(srv.port, 50)
+    finally:
+        t = stop_and_count(srv, stats)
+    assert t["requests"] == t["responses"] == 100 + 8 * 4 * 8 and t["solo_passes"] > 0, t
+
+
 @pytest.mark.parametrize(("args", "env", "name"), [
     (["--solo-max-batch", "-1"], {}, "solo_max_batch"),
     (["--solo-max-batch", "65537"], {}, "solo_max_batch"),
