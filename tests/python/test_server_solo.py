@@ -215,6 +215,33 @@ def test_a_slow_reader_of_4_mib_while_the_app_blocks_does_not_hang(tmp_path: Pat
     assert t["requests"] == t["responses"] == 9 and t["solo_passes"] > 0, t
 
 
+@pytest.mark.parametrize("solo_max_batch", ["8", "0"], ids=["solo", "two-threads"])
+def test_a_reading_client_gets_its_response_while_slow_readers_hold_the_staging_gate(
+        tmp_path: Path, solo_max_batch: str) -> None:
+    # test_server_hardening.py's gate test on one pair, solo on and off: 20 readers that never read fill the
+    # staging gate (a 1 MiB budget), the app's waiting sends shed the slowest; a client that reads must still
+    # get its 2 MiB. In solo mode it gets nothing: the request is read, the app thread sleeps, no byte comes.
+    srv = ServerProcess("hostile_app:app", "--cores", "1", "--memory-budget", "1MiB", "--write-timeout", "60",
+                        "--solo-max-batch", solo_max_batch, tmp=tmp_path).start()
+    readers = []
+    try:
+        for _ in range(20):
+            reader = socket.socket()
+            reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            reader.settimeout(10)
+            reader.connect(("127.0.0.1", srv.port))
+            reader.sendall(b"GET /big?mb=64 HTTP/1.1\r\nHost: x\r\n\r\n")
+            readers.append(reader)
+        time.sleep(0.5)
+        assert httpx.get(srv.url + "/hello", timeout=5).text == "hello"
+        resp = httpx.get(srv.url + "/big?mb=2", timeout=5)
+        assert resp.status_code == 200 and len(resp.content) == 2 << 20
+    finally:
+        for reader in readers:
+            reader.close()
+        assert srv.stop() == 0, srv.log()
+
+
 # ------------------------------------------------------------------- stops
 
 
