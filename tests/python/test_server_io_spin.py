@@ -18,7 +18,8 @@ from server_taskset import echo_in_order, echo_request, one_cpu_server, pipeline
 
 
 def test_one_connection_many_requests_in_order(tmp_path: Path) -> None:
-    srv = one_cpu_server(tmp_path, "--io-spin-us", "200")
+    # Solo mode off: the test is about the I/O thread's spin (in solo mode the app thread serves alone).
+    srv = one_cpu_server(tmp_path, "--io-spin-us", "200", "--solo-max-batch", "0")
     try:
         echo_in_order(srv.port, 300)
     finally:
@@ -26,7 +27,8 @@ def test_one_connection_many_requests_in_order(tmp_path: Path) -> None:
 
 
 def test_pipelined_and_concurrent_connections(tmp_path: Path) -> None:
-    srv = one_cpu_server(tmp_path, "--io-spin-us", "200")
+    # Solo mode off: the test is about the I/O thread's spin (in solo mode the app thread serves alone).
+    srv = one_cpu_server(tmp_path, "--io-spin-us", "200", "--solo-max-batch", "0")
     try:
         assert pipelined_clients(srv.port, clients=8, batches=20, depth=16) == []
         big = os.urandom(256 * 1024)

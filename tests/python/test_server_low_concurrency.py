@@ -24,7 +24,9 @@ def counted_server(tmp_path: Path, window_us: str | None, *flags: str) -> tuple[
     default."""
     stats = tmp_path / f"stats-{window_us}.json"
     window = [] if window_us is None else ["--shared-cpu-yield-us", window_us]
-    return one_cpu_server(tmp_path, *window, *flags, "--stats-json-on-exit", str(stats)), stats
+    # Solo mode off: these tests are about the two threads' window (in solo mode one thread serves alone).
+    return one_cpu_server(tmp_path, *window, *flags, "--solo-max-batch", "0", "--stats-json-on-exit",
+                          str(stats)), stats
 
 
 def totals(stats: Path) -> dict[str, int]:

@@ -83,6 +83,9 @@ class FakePairs:
                     "spins": 10 * n,
                     "spin_hits": 8 * n,
                     "loop_ticks": 50 * n,
+                    "solo_handoffs": 2 * n * k,
+                    "solo_steals": n * k,
+                    "solo_passes": 40 * n * k,
                     "latency_buckets": buckets,
                     "latency_count": 100 * n,
                     "latency_sum_us": (60 * 100 + 30 * 1000 + 10 * 10_000) * k * n,
@@ -132,6 +135,7 @@ def test_stats_json_has_the_numbers(endpoint: Any, fake: FakePairs) -> None:
     assert p1["responses"] == {"total": 200 * n, "1xx": 0, "2xx": 190 * n, "3xx": 0, "4xx": 0, "5xx": 10 * n}
     assert p1["state"] == "serving" and p1["pid"] == os.getpid()
     assert p1["spins"] == 10 * n and p1["spin_hits"] == 8 * n
+    assert (p1["solo_handoffs"], p1["solo_steals"], p1["solo_passes"]) == (4 * n, 2 * n, 80 * n)
     lat = p1["latency_us"]
     assert lat["count"] == 100 * n
     # Bucket upper bounds: at or above the value, at most 1/8 above.
@@ -188,7 +192,7 @@ def promtool() -> str:
     return path
 
 
-def test_metrics_pass_promtool(endpoint: Any) -> None:
+def test_metrics_pass_promtool(endpoint: Any, fake: FakePairs) -> None:
     r = httpx.get(url(endpoint, "/metrics"))
     assert r.status_code == 200
     assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
@@ -196,6 +200,9 @@ def test_metrics_pass_promtool(endpoint: Any) -> None:
     assert check.returncode == 0, f"promtool: {check.stdout}{check.stderr}"
     assert check.stdout.strip() == "" and check.stderr.strip() == "", check.stdout + check.stderr
     assert 'cadeloop_requests_total{pair="1"}' in r.text
+    n = fake.reads
+    for event, value in (("handoff", 4 * n), ("steal", 2 * n), ("app_pass", 80 * n)):
+        assert f'cadeloop_solo_total{{pair="1",event="{event}"}} {value}\n' in r.text, r.text
     assert "# TYPE cadeloop_request_duration_seconds histogram" in r.text
 
 
