@@ -221,6 +221,9 @@ def test_a_reading_client_gets_its_response_while_slow_readers_hold_the_staging_
     # test_server_hardening.py's gate test on one pair, solo on and off: 20 readers that never read fill the
     # staging gate (a 1 MiB budget), the app's waiting sends shed the slowest; a client that reads must still
     # get its 2 MiB. In solo mode it gets nothing: the request is read, the app thread sleeps, no byte comes.
+    # (The gate stays closed on stale counts: ten connections whose bytes were all written hold 128 KiB each
+    # of the 1.25 MiB budget in pyhost/asgi/bridge.hpp's staged_total_, their next sends wait at the gate, so
+    # none asks for a drained notice, and shed_stalled() finds no connection waiting for one to cut.)
     srv = ServerProcess("hostile_app:app", "--cores", "1", "--memory-budget", "1MiB", "--write-timeout", "60",
                         "--solo-max-batch", solo_max_batch, tmp=tmp_path).start()
     readers = []
