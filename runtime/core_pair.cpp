@@ -236,6 +236,10 @@ std::size_t app_side::flush() noexcept {
 
 namespace {
 constexpr int owner_io = static_cast<int>(io_owner::io);
+// Passes in a row that may find requests while the loop is busy before the
+// sockets go back (one connection whose client answers at once does that
+// now and then; many connections do it every pass).
+constexpr unsigned busy_finds_limit = 3;
 constexpr int owner_app = static_cast<int>(io_owner::app);
 constexpr int owner_app_busy = static_cast<int>(io_owner::app_busy);
 }  // namespace
@@ -281,6 +285,7 @@ void app_side::write_through() noexcept {
 
 bool app_side::poll_sockets() noexcept {
   sockets_ready_ = false;
+  idled_ = true;  // the loop's spin: it had nothing else to do
   return serve_sockets(true) && ch_.inbound.has_pending();
 }
 
@@ -297,10 +302,10 @@ bool app_side::serve_sockets(bool poll) noexcept {
     return false;  // the I/O thread has them (it took them back, or never gave them)
   }
   bool dirty = false;
-  std::size_t published = 0;
+  std::size_t units = 0;  // requests and WebSocket messages the pass read
   std::size_t handlers = 0;
   try {
-    published = ch_.io_host->solo_pass(poll, dirty, handlers);
+    units = ch_.io_host->solo_pass(poll, dirty, handlers);
   } catch (...) {
     // Only allocation failure gets here, as on the I/O thread: the pair
     // cannot continue in any sound state.
@@ -309,16 +314,23 @@ bool app_side::serve_sockets(bool poll) noexcept {
   ch_.page.app.solo_passes.add();
   solo_dirty_ = dirty;
   if (poll) {
-    solo_last_read_ = published;
+    solo_last_read_ = units;
+    if (units != 0) {
+      busy_finds_ = idled_ ? 0 : busy_finds_ + 1;
+      idled_ = false;
+    }
   }
   // Back to `app`, unless the pass did a batch the two threads serve better
-  // (more than solo_max_batch messages, or as many socket handlers: TLS
-  // handshakes publish nothing), or the I/O thread asked for them.
+  // (more than solo_max_batch requests, or as many socket handlers: TLS
+  // handshakes publish nothing), or requests kept coming while the loop was
+  // busy (many clients, one request per pass: the I/O thread batches them
+  // better), or the I/O thread asked for them.
   expected = owner_app_busy;
-  if (std::max(published, handlers) > ch_.solo_max_batch ||
+  if (std::max(units, handlers) > ch_.solo_max_batch || busy_finds_ > busy_finds_limit ||
       !ch_.owner.compare_exchange_strong(expected, owner_app, std::memory_order_release,
                                          std::memory_order_relaxed)) {
     ch_.owner.store(owner_io, std::memory_order_seq_cst);
+    busy_finds_ = 0;
     give_sockets_back();
   }
   return true;
@@ -336,6 +348,7 @@ bool app_side::try_park() noexcept {
   const auto work_visible = [this] {
     return ch_.inbound.has_pending() || ch_.io_stopped.load(std::memory_order_seq_cst);
   };
+  idled_ = true;  // the loop has nothing else to do
   const bool serving = serves_sockets();
   if (serving && (solo_dirty_ || sockets_ready_ || ch_.outbound.has_pending())) {
     // Output to write, events to collect or commands to apply first.

@@ -274,6 +274,11 @@ bool io_thread::solo_allowed() const noexcept {
   if (stolen_mark_ != 0 && app.parks.get() + app.solo_passes.get() + 1 == stolen_mark_) {
     return false;
   }
+  // Only while few requests are in flight: with many, the app thread has a
+  // batch to work through and the two threads serve it better.
+  if (ch_.page.io.requests_in_flight.get() > options_.solo_max_batch) {
+    return false;
+  }
   return options_.solo_max_batch > 0 && reactor_fd_ >= 0 && !draining_ &&
          ch_.solo_ready.load(std::memory_order_acquire) &&
          !ch_.stop_requested.load(std::memory_order_acquire) && !ch_.outbound.has_pending() &&
@@ -373,6 +378,7 @@ bool io_thread::take_sockets_back() noexcept {
 
 std::size_t io_thread::solo_pass(bool poll, bool& dirty, std::size_t& handlers) {
   handlers = 0;
+  work_units_ = 0;
   if (poll) {
     handlers = io_.poll();
     after_wake_handlers();
@@ -387,10 +393,10 @@ std::size_t io_thread::solo_pass(bool poll, bool& dirty, std::size_t& handlers) 
     io_.poll();
     server_->flush_writes();
   }
-  const std::size_t published = flush_inbound();
+  (void)flush_inbound();
   ch_.page.io_loop.passes.add();
   dirty = server_->has_dirty() || server_->has_ready_handlers();
-  return published;
+  return work_units_;
 }
 
 void io_thread::arm_wake_wait() {
@@ -502,6 +508,7 @@ void io_thread::on_request(net::connection_id conn, std::uint32_t request,
   ev.data = head.get();
   ch_.inbound.stage(ev);
   (void)head.release();  // the ring owns it now
+  ++work_units_;
 }
 
 void io_thread::on_body(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes,
@@ -541,6 +548,7 @@ void io_thread::on_ws_message(net::connection_id conn, net::byte_buffer&& payloa
   ev.data = payload.data();
   ch_.inbound.stage(ev);
   (void)payload.release();
+  ++work_units_;
 }
 
 void io_thread::on_ws_close(net::connection_id conn, std::uint16_t code, std::string&& reason) {

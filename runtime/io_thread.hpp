@@ -112,6 +112,9 @@ class io_thread final : public net::event_sink, public io_pass_host {
   // Solo mode: the app thread's parks + passes (+1) when the sockets were
   // last stolen from it; 0: never.
   std::uint64_t stolen_mark_ = 0;
+  // Requests and WebSocket messages staged since the solo pass began (body
+  // pieces and notices are part of a request's work, not more of it).
+  std::size_t work_units_ = 0;
   std::thread thread_;
 };
 

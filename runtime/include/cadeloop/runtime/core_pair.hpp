@@ -270,7 +270,11 @@ class app_side {
   bool solo_ = false;
   bool sockets_ready_ = false;
   bool solo_dirty_ = false;
-  std::size_t solo_last_read_ = 0;  // messages the last pass that collected events published
+  std::size_t solo_last_read_ = 0;  // requests the last pass that collected events read
+  // Passes in a row that found requests while the loop was busy (it had not
+  // come to sleep or spin since the last find): many clients at once.
+  unsigned busy_finds_ = 0;
+  bool idled_ = true;  // the loop came to sleep or spin since the last find
 };
 
 // =============================================================== core pair

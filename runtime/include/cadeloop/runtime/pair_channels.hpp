@@ -139,8 +139,8 @@ struct core_pair_options {
   /// flight"): when the I/O thread has nothing to do it hands the pair's
   /// sockets to an app thread that opted in (`app_side::enable_solo`), which
   /// then serves them itself, and gives them back when one of its passes
-  /// reads more than this many messages. 0: never.
-  std::uint32_t solo_max_batch = 8;
+  /// reads more than this many requests (or WebSocket messages). 0: never.
+  std::uint32_t solo_max_batch = 1;
   /// Solo mode: how long the app thread, serving the sockets, polls them
   /// before it sleeps (its loop's adaptive spin). 0: sleep at once.
   std::chrono::microseconds solo_spin{20};
@@ -162,8 +162,9 @@ class io_pass_host {
   [[nodiscard]] virtual int ready_fd() const noexcept = 0;
   /// One pass of the I/O loop on the calling thread, which owns the sockets:
   /// collect readiness (if `poll`), apply the published outbound commands,
-  /// write, publish the inbound batch. Returns the inbound messages it
-  /// published; `dirty` tells whether output is still waiting for a write,
+  /// write, publish the inbound batch. Returns the requests and WebSocket
+  /// messages it published (body pieces and notices are part of their
+  /// work); `dirty` tells whether output is still waiting for a write,
   /// `handlers` how many socket and timer handlers the collection ran.
   virtual std::size_t solo_pass(bool poll, bool& dirty, std::size_t& handlers) = 0;
 
