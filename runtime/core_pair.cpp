@@ -235,13 +235,10 @@ std::size_t app_side::flush() noexcept {
 // ---------------------------------------------------------------- solo mode
 
 namespace {
-constexpr int owner_io = static_cast<int>(io_owner::io);
 // Passes in a row that may find requests while the loop is busy before the
 // sockets go back (one connection whose client answers at once does that
 // now and then; many connections do it every pass).
 constexpr unsigned busy_finds_limit = 3;
-constexpr int owner_app = static_cast<int>(io_owner::app);
-constexpr int owner_app_busy = static_cast<int>(io_owner::app_busy);
 }  // namespace
 
 bool app_side::enable_solo() noexcept {
@@ -258,8 +255,8 @@ void app_side::disable_solo() noexcept {
     return;
   }
   ch_.solo_ready.store(false, std::memory_order_seq_cst);
-  int expected = owner_app;
-  if (ch_.owner.compare_exchange_strong(expected, owner_io, std::memory_order_acq_rel,
+  io_owner expected = io_owner::app;
+  if (ch_.owner.compare_exchange_strong(expected, io_owner::io, std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
     give_sockets_back();
   }
@@ -295,8 +292,8 @@ void app_side::serve_ready_sockets() noexcept {
 }
 
 bool app_side::serve_sockets(bool poll) noexcept {
-  int expected = owner_app;
-  if (!ch_.owner.compare_exchange_strong(expected, owner_app_busy, std::memory_order_acquire,
+  io_owner expected = io_owner::app;
+  if (!ch_.owner.compare_exchange_strong(expected, io_owner::app_busy, std::memory_order_acquire,
                                          std::memory_order_relaxed)) {
     solo_dirty_ = false;
     return false;  // the I/O thread has them (it took them back, or never gave them)
@@ -325,11 +322,11 @@ bool app_side::serve_sockets(bool poll) noexcept {
   // handshakes publish nothing), or requests kept coming while the loop was
   // busy (many clients, one request per pass: the I/O thread batches them
   // better), or the I/O thread asked for them.
-  expected = owner_app_busy;
+  expected = io_owner::app_busy;
   if (std::max(units, handlers) > ch_.solo_max_batch || busy_finds_ > busy_finds_limit ||
-      !ch_.owner.compare_exchange_strong(expected, owner_app, std::memory_order_release,
+      !ch_.owner.compare_exchange_strong(expected, io_owner::app, std::memory_order_release,
                                          std::memory_order_relaxed)) {
-    ch_.owner.store(owner_io, std::memory_order_seq_cst);
+    ch_.owner.store(io_owner::io, std::memory_order_seq_cst);
     busy_finds_ = 0;
     give_sockets_back();
   }

@@ -41,10 +41,6 @@ constexpr std::size_t outbound_per_pass = 4096;
 constexpr int solo_look_ms = 5;
 constexpr int solo_look_max_ms = 25;
 
-constexpr int owner_io = static_cast<int>(io_owner::io);
-constexpr int owner_app = static_cast<int>(io_owner::app);
-constexpr int owner_app_busy_wanted = static_cast<int>(io_owner::app_busy_wanted);
-
 // Whether the calling thread may run on one CPU only (the server confined with
 // taskset, or a pair pinned to one CPU): then the app thread, which has the
 // same affinity, can only run when this thread gives the CPU up.
@@ -270,17 +266,16 @@ void io_thread::park() {
 bool io_thread::solo_allowed() const noexcept {
   // After a steal, not again until the app thread parked or served a pass:
   // one still busy in Python would only have them stolen back.
-  const app_counters& app = ch_.page.app;
-  if (stolen_mark_ != 0 && app.parks.get() + app.solo_passes.get() + 1 == stolen_mark_) {
+  if (options_.solo_max_batch == 0 || reactor_fd_ < 0 || draining_ ||
+      !ch_.solo_ready.load(std::memory_order_acquire)) {
+    return false;
+  }
+  if (stolen_ && app_progress() == progress_at_steal_) {
     return false;
   }
   // Only while few requests are in flight: with many, the app thread has a
   // batch to work through and the two threads serve it better.
-  if (ch_.page.io.requests_in_flight.get() > options_.solo_max_batch) {
-    return false;
-  }
-  return options_.solo_max_batch > 0 && reactor_fd_ >= 0 && !draining_ &&
-         ch_.solo_ready.load(std::memory_order_acquire) &&
+  return ch_.page.io.requests_in_flight.get() <= options_.solo_max_batch &&
          !ch_.stop_requested.load(std::memory_order_acquire) && !ch_.outbound.has_pending() &&
          !server_->has_ready_handlers();
 }
@@ -289,12 +284,12 @@ void io_thread::give_sockets_to_app() {
   io_loop_counters& ctr = ch_.page.io_loop;
   // Everything this thread did to the sockets happens before the app
   // thread's first pass (its acquire of `owner`).
-  ch_.owner.store(owner_app, std::memory_order_seq_cst);
+  ch_.owner.store(io_owner::app, std::memory_order_seq_cst);
   // The app thread may have opted out since solo_allowed() asked: it then
   // found the sockets with us (its CAS failed) and will not serve them.
   if (!ch_.solo_ready.load(std::memory_order_seq_cst)) {
-    int expected = owner_app;
-    if (ch_.owner.compare_exchange_strong(expected, owner_io, std::memory_order_acq_rel,
+    io_owner expected = io_owner::app;
+    if (ch_.owner.compare_exchange_strong(expected, io_owner::io, std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
       return;
     }
@@ -308,7 +303,7 @@ void io_thread::give_sockets_to_app() {
   bool awake_without_pass = false;
   int look_ms = solo_look_ms;
   for (;;) {
-    if (ch_.owner.load(std::memory_order_acquire) == owner_io) {
+    if (ch_.owner.load(std::memory_order_acquire) == io_owner::io) {
       return;  // given back
     }
     if (ch_.stop_requested.load(std::memory_order_seq_cst) && take_sockets_back()) {
@@ -318,9 +313,9 @@ void io_thread::give_sockets_to_app() {
     // takes them back at once from an app thread between passes, and asks
     // one inside a pass with app_busy_wanted: it gives them back at its end).
     const bool sleep = ch_.solo_parker.try_park([this] {
-      const int o = ch_.owner.load(std::memory_order_seq_cst);
-      return o == owner_io ||
-             (o == owner_app && ch_.stop_requested.load(std::memory_order_seq_cst));
+      const io_owner o = ch_.owner.load(std::memory_order_seq_cst);
+      return o == io_owner::io ||
+             (o == io_owner::app && ch_.stop_requested.load(std::memory_order_seq_cst));
     });
     if (!sleep) {
       continue;
@@ -348,30 +343,35 @@ void io_thread::give_sockets_to_app() {
     }
     // Awake and no pass for two looks: it runs Python (or left its loop).
     // Take the sockets unless it is inside a pass right now.
-    int expected = owner_app;
-    if (ch_.owner.compare_exchange_strong(expected, owner_io, std::memory_order_acq_rel,
+    io_owner expected = io_owner::app;
+    if (ch_.owner.compare_exchange_strong(expected, io_owner::io, std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
       ctr.solo_steals.add();
-      stolen_mark_ = ch_.page.app.parks.get() + ch_.page.app.solo_passes.get() + 1;
+      stolen_ = true;
+      progress_at_steal_ = app_progress();
       return;
     }
     awake_without_pass = false;
   }
 }
 
+std::uint64_t io_thread::app_progress() const noexcept {
+  return ch_.page.app.parks.get() + ch_.page.app.solo_passes.get();
+}
+
 bool io_thread::take_sockets_back() noexcept {
-  int o = ch_.owner.load(std::memory_order_acquire);
+  io_owner o = ch_.owner.load(std::memory_order_acquire);
   for (;;) {
-    if (o == owner_io) {
+    if (o == io_owner::io) {
       return true;
     }
-    if (o == owner_app_busy_wanted) {
+    if (o == io_owner::app_busy_wanted) {
       return false;
     }
-    const int want = o == owner_app ? owner_io : owner_app_busy_wanted;
+    const io_owner want = o == io_owner::app ? io_owner::io : io_owner::app_busy_wanted;
     if (ch_.owner.compare_exchange_weak(o, want, std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
-      return want == owner_io;
+      return want == io_owner::io;
     }
   }
 }
@@ -393,7 +393,7 @@ std::size_t io_thread::solo_pass(bool poll, bool& dirty, std::size_t& handlers) 
     io_.poll();
     server_->flush_writes();
   }
-  (void)flush_inbound();
+  flush_inbound();
   ch_.page.io_loop.passes.add();
   dirty = server_->has_dirty() || server_->has_ready_handlers();
   return work_units_;
@@ -479,7 +479,7 @@ void io_thread::apply(const outbound_command& cmd) {
   }
 }
 
-std::size_t io_thread::flush_inbound() noexcept {
+void io_thread::flush_inbound() noexcept {
   const std::size_t n = ch_.inbound.publish();
   if (n != 0) {
     io_loop_counters& ctr = ch_.page.io_loop;
@@ -488,7 +488,6 @@ std::size_t io_thread::flush_inbound() noexcept {
       ctr.wakeups_to_app.add();
     }
   }
-  return n;
 }
 
 void io_thread::on_request(net::connection_id conn, std::uint32_t request,

@@ -79,10 +79,11 @@ class io_thread final : public net::event_sink, public io_pass_host {
   bool solo_allowed() const noexcept;
   void give_sockets_to_app();
   bool take_sockets_back() noexcept;
+  std::uint64_t app_progress() const noexcept;  // the app thread's parks + solo passes
   void loop();
   std::size_t drain_outbound();
   void apply(const outbound_command& cmd);
-  std::size_t flush_inbound() noexcept;
+  void flush_inbound() noexcept;
   void arm_wake_wait();
   void after_wake_handlers() noexcept;
   void park();
@@ -109,9 +110,10 @@ class io_thread final : public net::event_sink, public io_pass_host {
   bool wake_fired_ = false;
   shared_cpu_yield yield_;  // the window before a park when the app shares our CPU
   int reactor_fd_ = -1;     // the io_context's epoll set (solo mode's readiness)
-  // Solo mode: the app thread's parks + passes (+1) when the sockets were
-  // last stolen from it; 0: never.
-  std::uint64_t stolen_mark_ = 0;
+  // Solo mode: the sockets were stolen from the app thread, and its progress
+  // then (no hand-over again until it parked or served a pass).
+  bool stolen_ = false;
+  std::uint64_t progress_at_steal_ = 0;
   // Requests and WebSocket messages staged since the solo pass began (body
   // pieces and notices are part of a request's work, not more of it).
   std::size_t work_units_ = 0;

@@ -120,13 +120,11 @@ int spin(loop_state& st, int timeout_ms, std::uint32_t spin_us) {
       found = -2;
       break;
     }
-    if (i % 16 == 15) {
-      if (st.fds_registered > 0) {
-        const int n = st.poller.wait(st.events, 0);
-        if (n != 0) {
-          found = n;
-          break;
-        }
+    if (st.fds_registered > 0 && i % 16 == 15) {
+      const int n = st.poller.wait(st.events, 0);
+      if (n != 0) {
+        found = n;
+        break;
       }
     }
     if (monotonic_now() >= deadline) {

@@ -194,7 +194,7 @@ class app_side {
   // I/O thread has nothing to do, it may hand the pair's sockets to this
   // thread, which then serves them from its own loop: no hand-over between
   // threads per request. It gives them back when a pass reads more than
-  // `solo_max_batch` messages, and the I/O thread takes them back when it
+  // `solo_max_batch` requests, and the I/O thread takes them back when it
   // must drain, or when this thread stays awake without serving them (it
   // runs Python) for 5-10 ms. A consumer that opts in must, in each pass of
   // its loop:
@@ -210,7 +210,7 @@ class app_side {
   void disable_solo() noexcept;
   /// Whether this thread has the sockets now (then watch solo_fd()). App thread.
   [[nodiscard]] bool serves_sockets() const noexcept {
-    return solo_ && ch_.owner.load(std::memory_order_seq_cst) != 0;
+    return solo_ && ch_.owner.load(std::memory_order_seq_cst) != io_owner::io;
   }
   /// The descriptor to watch while serves_sockets() (-1 if none). Any thread.
   [[nodiscard]] int solo_fd() const noexcept;
@@ -226,7 +226,7 @@ class app_side {
   /// sockets first. App thread.
   void sockets_ready() noexcept { sockets_ready_ = solo_; }
   /// If this thread serves the sockets and its last read brought one
-  /// message: publishes what is staged and writes it now, before the rest of
+  /// request: publishes what is staged and writes it now, before the rest of
   /// the pass (a response that ends goes out while the app's task finishes).
   /// Otherwise nothing: flush() publishes it at the end of the pass, one
   /// batch for many responses. App thread.

@@ -200,7 +200,7 @@ struct pair_channels {
   /// app thread wakes it when it gives them back, a stop request too);
   /// `solo_ready` is set by an app thread that serves them when given
   /// (app_side::enable_solo); `io_host` is the I/O thread, set before it starts.
-  alignas(64) std::atomic<int> owner{static_cast<int>(io_owner::io)};
+  alignas(64) std::atomic<io_owner> owner{io_owner::io};
   std::atomic<bool> solo_ready{false};
   parker solo_parker;
   io_pass_host* io_host = nullptr;
