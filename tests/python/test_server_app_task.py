@@ -88,13 +88,16 @@ def assert_serving(srv: ServerProcess) -> None:
 # ------------------------------------------------------------ the task itself
 
 TASK_FACTS = {"isfuture": True, "done": False, "same_loop": True, "name_is_str": True, "coro_is_coroutine": True,
-              "repr_ok": True, "cancelling": 0, "in_all_tasks": True}
+              "repr_ok": True, "cancelling": 0, "in_all_tasks": True, "current_task_of_loop": True,
+              "ensure_future_is_task": True, "cancelled": False, "result_not_ready": True,
+              "exception_not_ready": True, "coro_is_the_apps": True, "stack_has_frames": True}
 
 
 def test_current_task_is_one_asyncio_task_across_awaits(client: httpx.Client) -> None:
     got = get_json(client, "/identity")
     assert got == {"current_task": True, "start": TASK_FACTS, "after_sleep0_same": True, "after_sleep_same": True,
-                   "received": "http.request", "after_receive_same": True, "end": TASK_FACTS}
+                   "received": "http.request", "after_receive_same": True, "end": TASK_FACTS,
+                   "set_name": "renamed by the app"}
 
 
 def test_two_concurrent_requests_have_two_tasks(one_pair: ServerProcess) -> None:
@@ -147,21 +150,32 @@ def test_a_cancellation_that_leaves_the_app_is_a_500(server: ServerProcess, clie
     assert_serving(server)
 
 
-def test_another_task_cancels_the_request_task_and_its_finally_runs(one_pair: ServerProcess) -> None:
+def test_another_task_cancels_the_request_task_and_its_finally_runs(server: ServerProcess,
+                                                                     client: httpx.Client) -> None:
+    key = f"victim-{time.monotonic_ns()}"
+    r = client.get(f"/victim?key={key}")
+    assert (r.status_code, r.text) == (500, "Internal Server Error\n")
+    server.wait_log(f"app_task_app: victim {key} finally ran after CancelledError")
+    assert_serving(server)
+
+
+def test_the_finally_of_a_cancelled_request_task_is_seen_by_the_next_request(one_pair: ServerProcess) -> None:
     with httpx.Client(base_url=one_pair.url, timeout=10) as c:
         r = c.get("/victim?key=victim1")
         assert (r.status_code, r.text) == (500, "Internal Server Error\n")
         rec = poll_record(c, "victim1", "victim1")
     assert rec == {"victim1:cancel_returned": True,
                    "victim1": {"finally": True, "seen": "CancelledError", "cancelling": 1}}
-    assert_serving(one_pair)
 
 
-def test_done_callbacks_run_after_the_handler_returns(client: httpx.Client) -> None:
-    assert get_json(client, "/done-callback?key=cb1") == {"removed": 2, "removed_again": 0, "ran_yet": False}
-    rec = poll_record(client, "cb1", "cb1")
-    assert rec == {"cb1": {"ran": True, "fut_is_task": True, "done": True, "cancelled": False,
-                           "handler_had_returned": True, "result": "None"}}  # never "cb1:extra" (removed)
+@pytest.mark.parametrize("eager", ["", "&eager=1"], ids=["suspends", "never-suspends"])
+def test_done_callbacks_run_after_the_handler_returns(client: httpx.Client, eager: str) -> None:
+    key = f"cb-{time.monotonic_ns()}"
+    assert get_json(client, f"/done-callback?key={key}{eager}") == {"removed": 2, "removed_again": 0,
+                                                                    "ran_yet": False}
+    rec = poll_record(client, key, key)
+    assert rec == {key: {"ran": True, "fut_is_task": True, "done": True, "cancelled": False,
+                         "handler_had_returned": True, "result": "None"}}  # never f"{key}:extra" (removed)
 
 
 # ------------------------------------------------------------ contextvars

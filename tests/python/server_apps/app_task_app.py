@@ -57,7 +57,22 @@ def task_facts(t: asyncio.Task[Any] | None) -> dict[str, Any]:
         "repr_ok": isinstance(repr(t), str) and len(repr(t)) > 0,
         "cancelling": t.cancelling(),
         "in_all_tasks": t in asyncio.all_tasks(),
+        "current_task_of_loop": asyncio.current_task(asyncio.get_running_loop()) is t,
+        "ensure_future_is_task": asyncio.ensure_future(t) is t,
+        "cancelled": t.cancelled(),
+        "result_not_ready": raises(t.result, asyncio.InvalidStateError),
+        "exception_not_ready": raises(t.exception, asyncio.InvalidStateError),
+        "coro_is_the_apps": getattr(t.get_coro(), "__name__", None) == "app",
+        "stack_has_frames": len(t.get_stack()) >= 1,
     }
+
+
+def raises(f: Callable[[], Any], exc: type[BaseException]) -> bool:
+    try:
+        f()
+    except exc:
+        return True
+    return False
 
 
 @types.coroutine
@@ -88,6 +103,8 @@ async def identity(scope: dict[str, Any], receive: Callable[[], Any], send: Call
     out["received"] = message["type"]
     out["after_receive_same"] = asyncio.current_task() is t
     out["end"] = task_facts(t)
+    t.set_name("renamed by the app")
+    out["set_name"] = t.get_name()
     if "meet" in q:
         others = await meet(q["meet"], t)
         out["distinct_from_partner"] = len(others) == 2 and others[0] is not others[1]
@@ -207,9 +224,10 @@ async def victim(send: Callable[[Any], Any], key: str) -> None:
         raise
     finally:
         RECORD[key] = {"finally": True, "seen": seen, "cancelling": t.cancelling()}
+        print(f"app_task_app: victim {key} finally ran after {seen}", file=sys.stderr, flush=True)
 
 
-async def done_callbacks(send: Callable[[Any], Any], key: str) -> None:
+async def done_callbacks(send: Callable[[Any], Any], key: str, eager: bool) -> None:
     t = asyncio.current_task()
     assert t is not None
     state = {"returned": False}
@@ -227,7 +245,8 @@ async def done_callbacks(send: Callable[[Any], Any], key: str) -> None:
     removed = t.remove_done_callback(extra)
     removed_again = t.remove_done_callback(extra)
     await answer(send, {"removed": removed, "removed_again": removed_again, "ran_yet": key in RECORD})
-    await asyncio.sleep(0.001)
+    if not eager:  # eager: the handler returns without ever suspending (a task that ends in its first step)
+        await asyncio.sleep(0.001)
     state["returned"] = True
 
 
@@ -418,7 +437,7 @@ async def app(scope: dict[str, Any], receive: Callable[[], Any], send: Callable[
     if path == "/victim":
         return await victim(send, key)
     if path == "/done-callback":
-        return await done_callbacks(send, key)
+        return await done_callbacks(send, key, eager="eager" in q)
     if path == "/record":
         return await answer(send, {k: v for k, v in RECORD.items() if k == key or k.startswith(key + ":")})
     if path == "/contextvars":
