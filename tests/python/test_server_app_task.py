@@ -7,8 +7,8 @@ contextvars and Starlette/FastAPI working on top of it; app errors and cancellat
 cut connection) while the server goes on; a graceful stop cancelling what outlives the drain. Each route of
 server_apps/app_task_app.py answers what it observed, and these tests assert it from real clients.
 
-Servers: one pair (`--cores 1`: the app on the main interpreter, the module's state shared by every request)
-on both Pythons, and on 3.13 also two own-GIL sub-interpreter pairs for what one connection can observe.
+Servers: one pair (`--cores 1`: the app on the main interpreter, the module's state shared by every request),
+and two pairs (own-GIL sub-interpreters on 3.13, worker processes on 3.11) for what one connection observes.
 """
 
 import json
@@ -26,9 +26,10 @@ import pytest
 from server_harness import ServerProcess, raw_exchange, read_response
 
 APP = "app_task_app:app"
-# The sub-interpreter pairs (3.13): a different interpreter runs the task; each connection stays on its pair.
-SUBINTERPRETERS = ("--cores", "2", "--isolation", "subinterpreters")
-EVERY_MODE = ["one pair", "subinterpreters"] if sys.version_info >= (3, 13) else ["one pair"]
+# Two pairs: own-GIL sub-interpreters on 3.13, worker processes on 3.11 (a connection stays on its pair).
+SECOND_MODE = "subinterpreters" if sys.version_info >= (3, 13) else "processes"
+TWO_PAIRS = ("--cores", "2", "--isolation", SECOND_MODE)
+EVERY_MODE = ["one pair", SECOND_MODE]
 
 
 def stop_cleanly(srv: ServerProcess) -> None:
@@ -44,8 +45,8 @@ def one_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess
 
 
 @pytest.fixture(scope="module")
-def subinterpreters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = ServerProcess(APP, *SUBINTERPRETERS, tmp=tmp_path_factory.mktemp("app-task-sub")).start()
+def two_pairs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(APP, *TWO_PAIRS, tmp=tmp_path_factory.mktemp("app-task-two")).start()
     yield srv
     stop_cleanly(srv)
 
@@ -53,14 +54,14 @@ def subinterpreters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
 @pytest.fixture(params=EVERY_MODE)
 def server(request: pytest.FixtureRequest) -> ServerProcess:
     """Each server mode in turn (for what a single connection can observe)."""
-    name = "one_pair" if request.param == "one pair" else "subinterpreters"
+    name = "one_pair" if request.param == "one pair" else "two_pairs"
     srv: ServerProcess = request.getfixturevalue(name)
     return srv
 
 
 @pytest.fixture
 def client(server: ServerProcess) -> Iterator[httpx.Client]:
-    # One connection: on the sub-interpreter server, later requests reach the same pair (and its module state).
+    # One connection: on two pairs, later requests reach the same pair (and its module state).
     with httpx.Client(base_url=server.url, timeout=10, limits=httpx.Limits(max_connections=1)) as c:
         yield c
 
@@ -147,6 +148,13 @@ def test_a_cancellation_that_leaves_the_app_is_a_500(server: ServerProcess, clie
     assert (r.status_code, r.text) == (500, "Internal Server Error\n")
     server.wait_log(r"Exception in ASGI application\n(?:.*\n)*?.*in self_cancel\n(?:.*\n)*?"
                     r"asyncio\.exceptions\.CancelledError")
+    assert_serving(server)
+
+
+def test_a_cancellation_after_the_response_started_cuts_the_connection(server: ServerProcess) -> None:
+    out = raw_exchange(server.port, b"GET /self-cancel-uncaught?started=1 HTTP/1.1\r\nHost: x\r\n\r\n", timeout=10)
+    assert out.startswith(b"HTTP/1.1 200 ") and b"partial" in out, out
+    assert not out.endswith(b"0\r\n\r\n"), out  # the chunked body never ends: the client sees a cut
     assert_serving(server)
 
 
@@ -310,7 +318,7 @@ def test_a_handler_yielding_in_a_loop_lets_another_connection_be_served(one_pair
 
 @pytest.mark.parametrize("mode", EVERY_MODE)
 def test_a_graceful_stop_cancels_the_task_past_the_drain(tmp_path: Path, mode: str) -> None:
-    flags = ("--cores", "1") if mode == "one pair" else SUBINTERPRETERS
+    flags = ("--cores", "1") if mode == "one pair" else TWO_PAIRS
     srv = ServerProcess(APP, *flags, "--grace", "0.5", tmp=tmp_path).start()
     try:
         with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:

@@ -183,9 +183,12 @@ async def task_groups(send: Callable[[Any], Any]) -> None:
     await answer(send, out)
 
 
-async def self_cancel(send: Callable[[Any], Any], catch: bool) -> None:
+async def self_cancel(send: Callable[[Any], Any], catch: bool, started: bool = False) -> None:
     t = asyncio.current_task()
     assert t is not None
+    if started:  # the response is out in part before the cancellation
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"partial", "more_body": True})
     out: dict[str, Any] = {"cancel_returned": t.cancel()}
     out["cancelling_requested"] = t.cancelling()
     if not catch:
@@ -433,7 +436,7 @@ async def app(scope: dict[str, Any], receive: Callable[[], Any], send: Callable[
     if path == "/self-cancel":
         return await self_cancel(send, catch=True)
     if path == "/self-cancel-uncaught":
-        return await self_cancel(send, catch=False)
+        return await self_cancel(send, catch=False, started="started" in q)
     if path == "/victim":
         return await victim(send, key)
     if path == "/done-callback":
