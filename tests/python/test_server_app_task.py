@@ -22,6 +22,7 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
+from websockets.sync.client import connect
 
 from server_harness import ServerProcess, raw_exchange, read_response
 
@@ -167,6 +168,17 @@ def test_another_task_cancels_the_request_task_and_its_finally_runs(server: Serv
     assert_serving(server)
 
 
+def test_a_request_task_cancelled_while_it_waits_for_its_body(server: ServerProcess) -> None:
+    key = f"victim-body-{time.monotonic_ns()}"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        # 10 bytes announced, 3 sent: receive() waits for the rest when the other task cancels
+        s.sendall(f"POST /victim?key={key}&receive=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc".encode())
+        status, _, body = read_response(s.makefile("rb"))
+    assert (status, body) == (500, b"Internal Server Error\n")
+    server.wait_log(f"app_task_app: victim {key} finally ran after CancelledError")
+    assert_serving(server)
+
+
 def test_the_finally_of_a_cancelled_request_task_is_seen_by_the_next_request(one_pair: ServerProcess) -> None:
     with httpx.Client(base_url=one_pair.url, timeout=10) as c:
         r = c.get("/victim?key=victim1")
@@ -183,7 +195,8 @@ def test_done_callbacks_run_after_the_handler_returns(client: httpx.Client, eage
                                                                     "ran_yet": False}
     rec = poll_record(client, key, key)
     assert rec == {key: {"ran": True, "fut_is_task": True, "done": True, "cancelled": False,
-                         "handler_had_returned": True, "result": "None"}}  # never f"{key}:extra" (removed)
+                         "handler_had_returned": True, "result": "'returned by the app'"}}
+    # never f"{key}:extra" (removed)
 
 
 # ------------------------------------------------------------ contextvars
@@ -212,6 +225,21 @@ def test_contextvars_of_concurrent_requests_do_not_mix(one_pair: ServerProcess) 
                               "after_meeting": v}, results
 
 
+def test_gather_wait_and_shield_under_a_timeout(client: httpx.Client) -> None:
+    assert get_json(client, "/combinators") == {
+        "gather": [1, 2, 3], "wait_first": [4], "shield_timeout": "TimeoutError",
+        "shielded_child_cancelled": False, "shielded_child_result": 6, "cancelling_end": 0}
+
+
+def test_a_websocket_session_runs_in_one_task(server: ServerProcess) -> None:
+    with connect(f"ws://127.0.0.1:{server.port}/ws", open_timeout=10) as ws:
+        for text in ("one", "two", "three"):
+            ws.send(text)
+            got = json.loads(ws.recv(timeout=10))
+            assert got == {"text": text, "same_task": True, "facts": TASK_FACTS}, got
+    assert_serving(server)
+
+
 # ------------------------------------------------------------ what a coroutine may yield
 
 
@@ -224,9 +252,10 @@ def test_bare_yields_resume_and_a_foreign_future_is_a_runtime_error(client: http
 # ------------------------------------------------------------ app errors
 
 
+@pytest.mark.parametrize("suspend", ["", "?suspend=1"], ids=["in-the-first-step", "after-a-suspension"])
 def test_an_error_before_the_response_is_a_500_and_the_server_goes_on(server: ServerProcess,
-                                                                      client: httpx.Client) -> None:
-    r = client.get("/raise-before")
+                                                                      client: httpx.Client, suspend: str) -> None:
+    r = client.get("/raise-before" + suspend)
     assert (r.status_code, r.text) == (500, "Internal Server Error\n")
     assert r.headers["content-length"] == str(len(r.content))
     server.wait_log(r"Exception in ASGI application\nTraceback \(most recent call last\):\n(?:.*\n)*?"

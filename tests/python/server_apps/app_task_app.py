@@ -207,7 +207,7 @@ async def self_cancel(send: Callable[[Any], Any], catch: bool, started: bool = F
     await answer(send, out)
 
 
-async def victim(send: Callable[[Any], Any], key: str) -> None:
+async def victim(receive: Callable[[], Any], send: Callable[[Any], Any], key: str, on_receive: bool) -> None:
     """Another task cancels this request's task while it sleeps; the finally records what happened."""
     t = asyncio.current_task()
     assert t is not None
@@ -221,6 +221,9 @@ async def victim(send: Callable[[Any], Any], key: str) -> None:
     k.add_done_callback(KEEP.discard)
     seen = "nothing"
     try:
+        if on_receive:  # the body never comes: the task waits on the server's receive()
+            await receive()
+            await receive()
         await asyncio.sleep(30)
     except asyncio.CancelledError:
         seen = "CancelledError"
@@ -230,7 +233,7 @@ async def victim(send: Callable[[Any], Any], key: str) -> None:
         print(f"app_task_app: victim {key} finally ran after {seen}", file=sys.stderr, flush=True)
 
 
-async def done_callbacks(send: Callable[[Any], Any], key: str, eager: bool) -> None:
+async def done_callbacks(send: Callable[[Any], Any], key: str, eager: bool) -> str:
     t = asyncio.current_task()
     assert t is not None
     state = {"returned": False}
@@ -251,6 +254,7 @@ async def done_callbacks(send: Callable[[Any], Any], key: str, eager: bool) -> N
     if not eager:  # eager: the handler returns without ever suspending (a task that ends in its first step)
         await asyncio.sleep(0.001)
     state["returned"] = True
+    return "returned by the app"  # the task's result (ASGI ignores it)
 
 
 async def context_vars(send: Callable[[Any], Any], q: dict[str, str]) -> None:
@@ -270,6 +274,48 @@ async def context_vars(send: Callable[[Any], Any], q: dict[str, str]) -> None:
         await meet(q["meet"], q["v"])
         out["after_meeting"] = VAR.get(None)
     await answer(send, out)
+
+
+async def combinators(send: Callable[[Any], Any]) -> None:
+    """gather, wait and a shielded child while a timeout cancels the request's task around it."""
+    t = asyncio.current_task()
+    assert t is not None
+
+    async def child(n: int, delay: float) -> int:
+        await asyncio.sleep(delay)
+        return n
+
+    out: dict[str, Any] = {"gather": await asyncio.gather(child(1, 0.002), child(2, 0.001), child(3, 0))}
+    loop = asyncio.get_running_loop()
+    fast, slow = loop.create_task(child(4, 0)), loop.create_task(child(5, 5))
+    done, pending = await asyncio.wait([fast, slow], return_when=asyncio.FIRST_COMPLETED)
+    out["wait_first"] = [d.result() for d in done]
+    slow.cancel()
+    shielded = loop.create_task(child(6, 0.05))
+    try:
+        async with asyncio.timeout(0.005):
+            await asyncio.shield(shielded)
+        out["shield_timeout"] = "not raised"
+    except TimeoutError:
+        out["shield_timeout"] = "TimeoutError"
+    out["shielded_child_cancelled"] = shielded.cancelled()
+    out["shielded_child_result"] = await shielded
+    out["cancelling_end"] = t.cancelling()
+    await answer(send, out)
+
+
+async def websocket(receive: Callable[[], Any], send: Callable[[Any], Any]) -> None:
+    """A WebSocket session's task: the same task across its messages, with the facts of an HTTP request's."""
+    t = asyncio.current_task()
+    assert (await receive())["type"] == "websocket.connect"
+    await send({"type": "websocket.accept"})
+    while True:
+        m = await receive()
+        if m["type"] == "websocket.disconnect":
+            return
+        await asyncio.sleep(0)
+        doc = {"text": m.get("text"), "same_task": asyncio.current_task() is t, "facts": task_facts(t)}
+        await send({"type": "websocket.send", "text": json.dumps(doc)})
 
 
 async def yields(send: Callable[[Any], Any]) -> None:
@@ -419,9 +465,11 @@ def fastapi_app() -> Any:
 # ------------------------------------------------------------------ the app
 
 
-async def app(scope: dict[str, Any], receive: Callable[[], Any], send: Callable[[Any], Any]) -> None:
+async def app(scope: dict[str, Any], receive: Callable[[], Any], send: Callable[[Any], Any]) -> Any:
     if scope["type"] == "lifespan":
         return await serve_lifespan(receive, send)
+    if scope["type"] == "websocket":
+        return await websocket(receive, send)
     path = scope["path"]
     if path.startswith("/fw/"):
         return await fastapi_app()(scope, receive, send)
@@ -438,13 +486,15 @@ async def app(scope: dict[str, Any], receive: Callable[[], Any], send: Callable[
     if path == "/self-cancel-uncaught":
         return await self_cancel(send, catch=False, started="started" in q)
     if path == "/victim":
-        return await victim(send, key)
+        return await victim(receive, send, key, on_receive="receive" in q)
     if path == "/done-callback":
         return await done_callbacks(send, key, eager="eager" in q)
     if path == "/record":
         return await answer(send, {k: v for k, v in RECORD.items() if k == key or k.startswith(key + ":")})
     if path == "/contextvars":
         return await context_vars(send, q)
+    if path == "/combinators":
+        return await combinators(send)
     if path == "/yields":
         return await yields(send)
     if path == "/anyio":
@@ -456,6 +506,8 @@ async def app(scope: dict[str, Any], receive: Callable[[], Any], send: Callable[
     if path == "/hang":
         return await hang(send)
     if path == "/raise-before":
+        if "suspend" in q:
+            await asyncio.sleep(0.001)
         raise ValueError("app task boom before the response")
     if path == "/raise-after":
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
