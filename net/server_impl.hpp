@@ -184,9 +184,11 @@ class http_server::impl {
   void linger_read(connection& c);
   std::unique_ptr<char[]> take_buffer();
   void give_buffer(connection& c);
-  void process_input(connection& c);
-  void dispatch_events(connection& c);
-  void dispatch_head(connection& c, const http::parse_event& ev);
+  /// Parses what c's buffer holds and dispatches it; `now`: when it was read
+  /// (the dispatch time of its requests, for their latency).
+  void process_input(connection& c, clock_type::time_point now);
+  void dispatch_events(connection& c, clock_type::time_point now);
+  void dispatch_head(connection& c, const http::parse_event& ev, clock_type::time_point now);
   void emit_body(connection& c, std::span<const http::parse_event> pieces, std::size_t total,
                  bool more_body);
   byte_buffer lend_read_buffer(connection& c, std::span<const http::parse_event> pieces,

@@ -167,7 +167,7 @@ void http_server::impl::read_available(connection& c) {
   if (c.tkind == timer_kind::body && note_body_progress(c, n)) {
     return;  // cut: slower than body_min_rate
   }
-  process_input(c);
+  process_input(c, clock_type::now());
   settle(c);
 }
 
@@ -207,12 +207,12 @@ void http_server::impl::give_buffer(connection& c) {
   c.rbuf.reset();
 }
 
-void http_server::impl::process_input(connection& c) {
+void http_server::impl::process_input(connection& c, clock_type::time_point now) {
   while (c.phase == conn_phase::open && !c.no_more_requests && c.rbeg < c.rend) {
     const std::string_view input{c.rbuf.get() + c.rbeg, c.rend - c.rbeg};
     const http::feed_result r = c.parser.feed(input);
     c.parser_paused = false;
-    dispatch_events(c);
+    dispatch_events(c, now);
     c.rbeg += r.consumed;
     bool again = false;
     switch (r.status) {
@@ -252,13 +252,13 @@ void http_server::impl::process_input(connection& c) {
   }
 }
 
-void http_server::impl::dispatch_events(connection& c) {
+void http_server::impl::dispatch_events(connection& c, clock_type::time_point now) {
   const std::span<const http::parse_event> events = c.parser.events();
   for (std::size_t i = 0; i < events.size(); ++i) {
     const http::parse_event& ev = events[i];
     switch (ev.kind) {
       case http::parse_event_kind::head:
-        dispatch_head(c, ev);
+        dispatch_head(c, ev, now);
         break;
       case http::parse_event_kind::body: {
         // One buffer for the run of body pieces this feed produced.
@@ -287,7 +287,8 @@ void http_server::impl::dispatch_events(connection& c) {
   }
 }
 
-void http_server::impl::dispatch_head(connection& c, const http::parse_event& ev) {
+void http_server::impl::dispatch_head(connection& c, const http::parse_event& ev,
+                                      clock_type::time_point now) {
   if (c.stop_dispatch) {
     c.skipping = true;  // parsed behind the last request: never answered
     return;
@@ -319,7 +320,7 @@ void http_server::impl::dispatch_head(connection& c, const http::parse_event& ev
     c.records.pop_back();
     throw;
   }
-  c.records.back().dispatched = clock_type::now();
+  c.records.back().dispatched = now;
   ++c.next_seq;
   ++in_flight_total_;
   c.ever_dispatched = true;

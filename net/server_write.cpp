@@ -184,7 +184,7 @@ void http_server::impl::finish_hol(connection& c, bool keep_alive) {
   maybe_resume_accept();
   if (c.parser_paused && !c.no_more_requests) {
     if (c.rbeg < c.rend) {
-      process_input(c);
+      process_input(c, now);
     } else {
       // Paused at the end of the input, with nothing kept: the credit is
       // back, so reading resumes (the parser resumes at its next feed).
