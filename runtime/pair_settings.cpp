@@ -111,6 +111,7 @@ void each_binding(Settings& s, Bind&& bind) {
   bind(setting_id::forwarded_allow_ips, "app.forwarded_allow_ips", s.app.forwarded_allow_ips);
   bind(setting_id::date_header, "app.date_header", s.app.date_header);
   bind(setting_id::headers, "app.headers", s.app.headers);
+  bind(setting_id::asyncio_tasks, "app.asyncio_tasks", s.app.asyncio_tasks);
   bind(setting_id::uds, "app.unix_path", text_or_none{s.app.unix_path});
   // ---- where the pair listens
   bind(setting_id::host, "pair.listen.host", listen.host);

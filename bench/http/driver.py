@@ -147,12 +147,26 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
              "--stats-json-on-exit", str(STATS_FILE), "--solo-max-batch", "0"],
             str(ROOT / ".venv/bin/python"),
         ),
+        # Each request's app in an asyncio.Task (asyncio_tasks, as before 2026-12-02) instead of the native
+        # request task; for A/B rounds in one build.
+        "cadeloop-asyncio-tasks": Server(
+            "cadeloop, asyncio.Task per request",
+            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE), "--asyncio-tasks"],
+            str(ROOT / ".venv/bin/python"),
+        ),
         # The same build on CPython 3.11 (.venv-3.11, made by scripts/setup; a worker process instead of a
         # sub-interpreter), for comparisons on the Python the Rust cadeloop runs on.
         "cadeloop-py311": Server(
             "cadeloop on CPython 3.11",
             [str(ROOT / ".venv-3.11/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
              "--stats-json-on-exit", str(STATS_FILE)],
+            str(ROOT / ".venv-3.11/bin/python"),
+        ),
+        "cadeloop-py311-asyncio-tasks": Server(
+            "cadeloop on CPython 3.11, asyncio.Task per request",
+            [str(ROOT / ".venv-3.11/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE), "--asyncio-tasks"],
             str(ROOT / ".venv-3.11/bin/python"),
         ),
         "uvicorn": Server(

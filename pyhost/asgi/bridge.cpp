@@ -195,6 +195,21 @@ bridge::bridge(runtime::app_side& side, PyObject* app, PyObject* loop, PyObject*
   if (create_future_ == nullptr) {
     fail();
   }
+  if (!options_.asyncio_tasks) {
+    // The native request task (app_task.hpp), a type of the module the
+    // Request type belongs to.
+    PyObject* module = PyType_GetModule(reinterpret_cast<PyTypeObject*>(request_type_));
+    PyObject* task_type =
+        module != nullptr ? PyObject_GetAttrString(module, "RequestTask") : nullptr;
+    task_env_ = task_type != nullptr ? app_task_env_new(task_type, loop_) : nullptr;
+    Py_XDECREF(task_type);
+    PyObject* asyncio = task_env_ != nullptr ? PyImport_ImportModule("asyncio") : nullptr;
+    iscoroutine_ = asyncio != nullptr ? PyObject_GetAttrString(asyncio, "iscoroutine") : nullptr;
+    Py_XDECREF(asyncio);
+    if (iscoroutine_ == nullptr) {
+      fail();
+    }
+  }
 #if PY_VERSION_HEX >= 0x030C0000
   PyObject* asyncio = PyImport_ImportModule("asyncio");
   if (asyncio == nullptr) {
@@ -278,6 +293,9 @@ void bridge::release_python() {
   Py_CLEAR(disconnected_type_);
   Py_CLEAR(task_factory_);
   Py_CLEAR(task_kwnames_);
+  app_task_env_release(task_env_);
+  task_env_ = nullptr;
+  Py_CLEAR(iscoroutine_);
   Py_CLEAR(create_future_);
   Py_CLEAR(scope_template_);
   Py_CLEAR(full_template_);

@@ -30,13 +30,16 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "asgi/app_task.hpp"
 #include "asgi/proxy_headers.hpp"
 #include "loop/loop_source.hpp"
 
@@ -170,7 +173,7 @@ struct request_object {
   unsigned status;
   pending_body body;                // body pieces not given to the app yet
   ws_session* ws;                   // owned: a WebSocket upgrade's state, else NULL
-  http::response_encoder* encoder;  // owned
+  http::response_encoder* encoder;  // in encoder_space once made (make_encoder), else NULL
   http::request_context ctx;
   bool has_body;        // body events follow the head
   bool body_complete;   // the last body piece arrived (or there is no body)
@@ -185,7 +188,18 @@ struct request_object {
   bool te_trailers;   // the client sent `TE: trailers` (bridge_extensions.cpp)
   bool trailers;      // http.response.start announced trailers
   bool body_done;     // the last http.response.body came; trailers may follow
+  // The encoder lives in the request object: no allocation per request.
+  alignas(http::response_encoder) unsigned char encoder_space[sizeof(http::response_encoder)];
 };
+static_assert(std::is_trivially_destructible_v<http::response_encoder>,
+              "request_object frees its encoder without calling a destructor");
+
+/// Makes r's encoder (in r->encoder_space) and starts it for r's request.
+inline void make_encoder(request_object* r, http::date_cache& dates,
+                         const http::encoder_options& options) noexcept {
+  r->encoder = new (static_cast<void*>(r->encoder_space)) http::response_encoder(dates, options);
+  r->encoder->start(r->ctx);
+}
 
 /// The app side's view of one connection (indexed by slot).
 struct conn_state {
@@ -269,8 +283,9 @@ struct bridge_options {
   std::string root_path;
   std::string unix_path;  ///< for scope["server"] of a Unix socket listener
   std::string server_header = "cadeloop";
-  bool date_header = true;    ///< the app's responses get a Date header
-  std::string extra_headers;  ///< "Name: value\r\n" lines added to every app response
+  bool date_header = true;     ///< the app's responses get a Date header
+  bool asyncio_tasks = false;  ///< apps run in asyncio.Task, not the native request task
+  std::string extra_headers;   ///< "Name: value\r\n" lines added to every app response
   proxy_trust proxy;  ///< peers whose proxy headers set client and scheme (proxy_headers.hpp)
 };
 
@@ -339,6 +354,7 @@ class bridge final : public loop_source {
   // --- called by request_object's methods (loop thread) ---
   PyObject* receive(request_object* r);
   PyObject* send(request_object* r, PyObject* message);
+  /// The end of an asyncio.Task's request (its done callback).
   PyObject* task_done(request_object* r, PyObject* task);
   void unlink(request_object* r) noexcept;
   [[nodiscard]] PyObject* disconnected_type() const noexcept { return disconnected_type_; }
@@ -382,6 +398,12 @@ class bridge final : public loop_source {
   PyObject* header_name(std::string_view name);
   PyObject* address_tuple(const net::socket_address& a, bool server_side);
   bool start_app(request_object* r, PyObject* scope);
+  /// The app's coroutine started in a native request task (app_task.hpp); steals `coro`.
+  bool start_native(request_object* r, PyObject* coro);
+  /// The end of a request's native task (app_task_done_fn).
+  static void native_task_done(PyObject* owner, PyObject* task);
+  /// A request's app ended with `exc` (NULL or None: returned).
+  void app_ended(request_object* r, PyObject* exc);
   /// Starts the apps of the requests on_request deferred to the end of the
   /// drained batch (a request with a body, and every request after it).
   void start_deferred();
@@ -418,6 +440,8 @@ class bridge final : public loop_source {
   PyObject* disconnected_type_;
   PyObject* task_factory_ = nullptr;   // asyncio.Task (3.12+: eager start) or loop.create_task
   PyObject* task_kwnames_ = nullptr;   // ("loop", "eager_start") on 3.12+
+  app_task_env* task_env_ = nullptr;   // native request tasks; NULL with asyncio_tasks
+  PyObject* iscoroutine_ = nullptr;    // asyncio.iscoroutine, for what is not a native coroutine
   PyObject* create_future_ = nullptr;  // loop.create_future
   PyObject* scope_template_ = nullptr;
   PyObject* state_ = nullptr;

@@ -112,10 +112,9 @@ void bridge::on_request(runtime::inbound_message& m) {
       // No encoder until the app sends a denial response (bridge_websocket.cpp).
       r->ws = new ws_session();
     } else {
-      r->encoder = new http::response_encoder(
-          dates_, http::encoder_options{options_.server_header, options_.date_header,
-                                        options_.extra_headers});
-      r->encoder->start(r->ctx);
+      make_encoder(r, dates_,
+                   http::encoder_options{options_.server_header, options_.date_header,
+                                         options_.extra_headers});
     }
     cs.active.push_back(r);  // the connection's reference
   } catch (const std::bad_alloc&) {
@@ -181,6 +180,9 @@ bool bridge::start_app(request_object* r, PyObject* scope) {
   Py_XDECREF(receive);
   Py_XDECREF(send);
   Py_DECREF(scope);
+  if (coro != nullptr && task_env_ != nullptr) {
+    return start_native(r, coro);
+  }
   PyObject* task = nullptr;
   if (coro != nullptr) {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -240,6 +242,62 @@ bool bridge::start_app(request_object* r, PyObject* scope) {
   Py_XDECREF(res);
   return true;
 }
+bool bridge::start_native(request_object* r, PyObject* coro) {
+  PyObject* self = reinterpret_cast<PyObject*>(r);
+  int is_coro = PyCoro_CheckExact(coro) ? 1 : 0;
+  if (is_coro == 0) {
+    // What asyncio.Task takes: a coroutine of another kind (collections.abc.Coroutine).
+    PyObject* yes = PyObject_CallOneArg(iscoroutine_, coro);
+    is_coro = yes != nullptr ? PyObject_IsTrue(yes) : -1;
+    Py_XDECREF(yes);
+    if (is_coro == 0) {
+      PyErr_Format(PyExc_TypeError, "a coroutine was expected, got %R", coro);
+    }
+  }
+  PyObject* task =
+      is_coro > 0 ? app_task_new(task_env_, coro, self, &bridge::native_task_done) : nullptr;
+  Py_DECREF(coro);
+  if (task == nullptr) {
+    PyObject* exc = take_exception();
+    app_error(r, "Exception in ASGI application", exc);
+    Py_XDECREF(exc);
+    finish(r);
+    return true;
+  }
+  Py_INCREF(r);  // the task's end may drop the last other reference
+  r->task = task;
+  ++active_tasks_;
+  const int started = app_task_start(task);
+  if (r->finished) {
+    ++stats_.eager_completed;
+  }
+  Py_DECREF(r);
+  if (started < 0) {
+    // KeyboardInterrupt or SystemExit (the loop stops), or the task's own failure.
+    PyObject* exc = take_exception();
+    if (is_fatal(exc)) {
+      restore_exception(exc);
+      return false;
+    }
+    restore_exception(exc);
+    PyErr_WriteUnraisable(self);
+  }
+  return true;
+}
+
+void bridge::native_task_done(PyObject* owner, PyObject* task) {
+  auto* r = reinterpret_cast<request_object*>(owner);
+  if (r->owner == nullptr || r->finished || r->task == nullptr) {
+    return;  // the bridge is gone, or the request was finished without its task
+  }
+  PyObject* exc = app_task_outcome(task);
+  if (exc == nullptr) {
+    exc = take_exception();
+  }
+  r->owner->app_ended(r, exc);
+  Py_XDECREF(exc);
+}
+
 // --------------------------------------------------------------- scope
 
 PyObject* bridge::header_name(std::string_view name) {
@@ -533,13 +591,21 @@ PyObject* bridge::task_done(request_object* r, PyObject* task) {
   if (r->finished || r->task == nullptr) {
     Py_RETURN_NONE;
   }
-  Py_INCREF(r);  // finish() may drop the last references
-  --active_tasks_;
   PyObject* exc = PyObject_CallMethodNoArgs(task, n_.exception);
   if (exc == nullptr) {
     exc = take_exception();  // CancelledError: the task was cancelled
   }
-  if (r->ws != nullptr) {
+  app_ended(r, exc);
+  Py_XDECREF(exc);
+  Py_RETURN_NONE;
+}
+
+void bridge::app_ended(request_object* r, PyObject* exc) {
+  Py_INCREF(r);  // finish() may drop the last references
+  --active_tasks_;
+  if (is_fatal(exc)) {
+    // KeyboardInterrupt, SystemExit: the loop stops; nothing to log or answer.
+  } else if (r->ws != nullptr) {
     ws_task_done(r, exc != Py_None ? exc : nullptr);  // bridge_websocket.cpp
   } else if (exc != nullptr && exc != Py_None) {
     app_error(r, "Exception in ASGI application", exc);
@@ -549,10 +615,8 @@ PyObject* bridge::task_done(request_object* r, PyObject* task) {
                          : "ASGI application returned without starting a response",
               nullptr);
   }
-  Py_XDECREF(exc);
   finish(r);
   Py_DECREF(r);
-  Py_RETURN_NONE;
 }
 
 void bridge::app_error(request_object* r, const char* what, PyObject* exc) {

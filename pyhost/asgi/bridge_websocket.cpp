@@ -310,14 +310,9 @@ PyObject* bridge::ws_send(request_object* r, PyObject* type, PyObject* message) 
       }
       if (is_start) {
         if (r->encoder == nullptr) {  // made for a denial response only: an accepted one needs none
-          try {
-            r->encoder = new http::response_encoder(
-                dates_, http::encoder_options{options_.server_header, options_.date_header,
-                                              options_.extra_headers});
-          } catch (const std::bad_alloc&) {
-            return PyErr_NoMemory();
-          }
-          r->encoder->start(r->ctx);
+          make_encoder(r, dates_,
+                       http::encoder_options{options_.server_header, options_.date_header,
+                                             options_.extra_headers});
         }
         return send_start(r, message);  // the denial response (bridge_send.cpp)
       }
@@ -483,7 +478,8 @@ PyObject* bridge::ws_send_message(request_object* r, PyObject* message) {
   bool wait = false;
   conn_state* cs = conn_of(r->conn);
   if (cs != nullptr) {
-    set_staged(*cs, cs->sent_since_notice + out.size() + 2);  // a frame has a 2-byte header at least
+    set_staged(*cs,
+               cs->sent_since_notice + out.size() + 2);  // a frame has a 2-byte header at least
     if (over_staged(*cs) && !cs->waiting_drain) {
       asked_drain(*cs);
       notify = true;

@@ -103,7 +103,7 @@ void request_dealloc(PyObject* self) {
   request_clear(self);
   r->body.destroy();
   delete r->ws;
-  delete r->encoder;
+  r->encoder = nullptr;  // trivially destructible, in the object itself
   tp->tp_free(self);
   Py_DECREF(tp);
 }
@@ -144,6 +144,7 @@ int add_types(PyObject* module) {
       "Raised by an ASGI send() when the client has gone (an OSError, as ASGI spec 2.4 asks).",
       PyExc_OSError, nullptr);
   const bool ok = request_type != nullptr && ready_type != nullptr && disconnected != nullptr &&
+                  add_app_task_type(module) == 0 &&
                   PyModule_AddObjectRef(module, "Request", request_type) == 0 &&
                   PyModule_AddObjectRef(module, "Ready", ready_type) == 0 &&
                   PyModule_AddObjectRef(module, "ClientDisconnected", disconnected) == 0;

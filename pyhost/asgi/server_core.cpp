@@ -312,6 +312,7 @@ class server_core {
     b.unix_path = std::move(settings.app.unix_path);
     b.server_header = std::move(settings.app.server_header);
     b.date_header = settings.app.date_header;
+    b.asyncio_tasks = settings.app.asyncio_tasks;
     for (std::string_view rest = settings.app.headers; !rest.empty();) {
       const std::size_t end = std::min(rest.find('\n'), rest.size());
       if (end != 0) {

@@ -25,6 +25,7 @@ class Config:
     server_header: str  # value of the Server response header ("" for none)
     date_header: bool  # add a Date header to the app's responses that have none
     headers: str | Sequence[tuple[str | bytes, str | bytes]]  # response headers added to every app response, one "Name: value" per line (--header NAME:VALUE, repeatable)
+    asyncio_tasks: bool  # run each request's app in an asyncio.Task, as uvicorn does, instead of cadeloop's native request task (same behaviour, fewer steps); for an app that needs isinstance(task, asyncio.Task)
     reload: bool  # development: restart the server when a watched file changes (one pair; refused with cores > 1)
     reload_dirs: str  # directories --reload watches, comma-separated (--reload-dir DIR, repeatable); empty: app_dir, else the current directory
     reload_include: str  # file name patterns --reload watches, comma-separated (--reload-include, repeatable)
@@ -104,6 +105,7 @@ class Config:
         server_header: str = 'cadeloop',
         date_header: bool = True,
         headers: str | Sequence[tuple[str | bytes, str | bytes]] = '',
+        asyncio_tasks: bool = False,
         reload: bool = False,
         reload_dirs: str = '',
         reload_include: str = '*.py',

@@ -30,7 +30,10 @@ APP = "app_task_app:app"
 # Two pairs: own-GIL sub-interpreters on 3.13, worker processes on 3.11 (a connection stays on its pair).
 SECOND_MODE = "subinterpreters" if sys.version_info >= (3, 13) else "processes"
 TWO_PAIRS = ("--cores", "2", "--isolation", SECOND_MODE)
-EVERY_MODE = ["one pair", SECOND_MODE]
+# The same one-pair server with `--asyncio-tasks`: each request in an asyncio.Task instead of cadeloop's native
+# request task; what an app sees must not differ but for the task's type.
+ASYNCIO_TASKS = "one pair, asyncio tasks"
+EVERY_MODE = ["one pair", SECOND_MODE, ASYNCIO_TASKS]
 
 
 def stop_cleanly(srv: ServerProcess) -> None:
@@ -52,10 +55,17 @@ def two_pairs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProces
     stop_cleanly(srv)
 
 
+@pytest.fixture(scope="module")
+def one_pair_asyncio_tasks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(APP, "--cores", "1", "--asyncio-tasks", tmp=tmp_path_factory.mktemp("app-task-asyncio")).start()
+    yield srv
+    stop_cleanly(srv)
+
+
 @pytest.fixture(params=EVERY_MODE)
 def server(request: pytest.FixtureRequest) -> ServerProcess:
     """Each server mode in turn (for what a single connection can observe)."""
-    name = "one_pair" if request.param == "one pair" else "two_pairs"
+    name = {"one pair": "one_pair", ASYNCIO_TASKS: "one_pair_asyncio_tasks"}.get(request.param, "two_pairs")
     srv: ServerProcess = request.getfixturevalue(name)
     return srv
 
@@ -95,11 +105,13 @@ TASK_FACTS = {"isfuture": True, "done": False, "same_loop": True, "name_is_str":
               "exception_not_ready": True, "coro_is_the_apps": True, "stack_has_frames": True}
 
 
-def test_current_task_is_one_asyncio_task_across_awaits(client: httpx.Client) -> None:
+def test_current_task_is_one_asyncio_task_across_awaits(client: httpx.Client, server: ServerProcess) -> None:
     got = get_json(client, "/identity")
+    # cadeloop's native request task by default; an asyncio.Task with --asyncio-tasks.
+    kind = "asyncio.Task" if "--asyncio-tasks" in server.argv else "cadeloop._core.RequestTask"
     assert got == {"current_task": True, "start": TASK_FACTS, "after_sleep0_same": True, "after_sleep_same": True,
                    "received": "http.request", "after_receive_same": True, "end": TASK_FACTS,
-                   "set_name": "renamed by the app"}
+                   "set_name": "renamed by the app", "kind": kind}
 
 
 def test_two_concurrent_requests_have_two_tasks(one_pair: ServerProcess) -> None:
@@ -364,3 +376,4 @@ def test_a_graceful_stop_cancels_the_task_past_the_drain(tmp_path: Path, mode: s
     log = srv.log()
     assert "app_task_app: hang cancelled\napp_task_app: hang finally ran\n" in log, log
     assert "not cancelled" not in log
+

@@ -105,6 +105,7 @@ async def identity(scope: dict[str, Any], receive: Callable[[], Any], send: Call
     out["end"] = task_facts(t)
     t.set_name("renamed by the app")
     out["set_name"] = t.get_name()
+    out["kind"] = "asyncio.Task" if isinstance(t, asyncio.Task) else f"{type(t).__module__}.{type(t).__qualname__}"
     if "meet" in q:
         others = await meet(q["meet"], t)
         out["distinct_from_partner"] = len(others) == 2 and others[0] is not others[1]

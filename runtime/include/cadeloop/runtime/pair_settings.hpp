@@ -41,6 +41,9 @@ struct app_options {
   bool date_header = true;
   /// Headers added to every app response, "Name: value" lines (headers).
   std::string headers;
+  /// Whether each request's app runs in an asyncio.Task instead of the native request task
+  /// (asyncio_tasks).
+  bool asyncio_tasks = false;
   /// The Unix socket path of scope["server"] ("" when the pair listens on TCP or an fd).
   std::string unix_path;
 };
