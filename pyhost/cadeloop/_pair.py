@@ -21,6 +21,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Callable
 
@@ -319,6 +320,7 @@ class PairServer:
         self.stats_options: dict[str, Any] | None = None
         self.endpoint: Any = None
         self._stopping = False
+        self._stop_requested_at: float | None = None
         self._cut = False  # a second signal (or stop level 2) cut the drain short
         self._drain_delay: asyncio.TimerHandle | None = None  # the drain's start while drain_delay runs
         self._stop_source_closed = False
@@ -355,6 +357,7 @@ class PairServer:
         """Graceful stop: no more accepts, in-flight requests finish within `grace`. Loop thread."""
         if self.core is not None and not self._stopping:
             self._stopping = True
+            self._stop_requested_at = time.monotonic()  # grace counts from here, for connections and tasks
             if self.endpoint is not None:
                 self.endpoint.set_draining()  # /readyz says 503 before the listener closes
             logger.info("shutting down: finishing requests in flight (grace %gs)", self.config.grace)
@@ -520,9 +523,11 @@ class PairServer:
                 self.on_listening(self.pair_address(core.description))
             await self._stopped
             # Every connection is closed now; tasks may still run (background work, an app
-            # that ignores disconnects). Give them the grace period, then cancel them.
-            deadline = loop.time() + max(config.grace, 0.1)
-            while core.active_tasks() and loop.time() < deadline and not self._cut:
+            # that ignores disconnects). They get what is left of the grace period (it began
+            # with the stop request, not when the connections were done), then are cancelled.
+            started = self._stop_requested_at if self._stop_requested_at is not None else time.monotonic()
+            deadline = started + max(config.grace, 0.1)
+            while core.active_tasks() and time.monotonic() < deadline and not self._cut:
                 await asyncio.sleep(0.005)
             if core.active_tasks():
                 core.cancel_tasks()

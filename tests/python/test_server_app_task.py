@@ -377,3 +377,23 @@ def test_a_graceful_stop_cancels_the_task_past_the_drain(tmp_path: Path, mode: s
     assert "app_task_app: hang cancelled\napp_task_app: hang finally ran\n" in log, log
     assert "not cancelled" not in log
 
+
+def test_a_hung_task_gets_the_grace_period_once(tmp_path: Path) -> None:
+    """`grace` is the time in-flight work gets after SIGTERM, counted once: the connections' drain and the tasks'
+    wait share it (the tasks' wait used to start a second full grace period when the drain ended)."""
+    grace = 3.0
+    srv = ServerProcess(APP, "--cores", "1", "--grace", str(grace), tmp=tmp_path).start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+            s.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+            srv.wait_log("app_task_app: hang started")
+            assert srv.proc is not None
+            signalled = time.monotonic()
+            srv.proc.send_signal(signal.SIGTERM)
+            assert srv.proc.wait(20) == 0, srv.log()
+            took = time.monotonic() - signalled
+    finally:
+        srv.stop()
+    assert "app_task_app: hang cancelled" in srv.log()
+    # Cancelled when the grace period ran out, not before and not a second grace period later.
+    assert grace - 0.1 <= took < grace + 1.5, took
