@@ -319,11 +319,13 @@ def serves(server: Server, w: Workload) -> bool:
 
 def one_run(server: Server, proc: subprocess.Popen, port: int, w: Workload, args: argparse.Namespace) -> Result:
     """One measured load run against a started server, with its CPU time, steal and counters."""
+    # The open loop's rate first: its closed-loop probe is not part of the measured run (its CPU time and
+    # counters were counted against the open loop's requests before 2026-12-02).
+    rate = capacity_rate(server, proc, port, w, args)
     stats_before = pair_stats(server, proc.pid)
     before = cpu_seconds(proc.pid)
     steal_before = steal_seconds(args.server_cpu)
     load_steal_before = steal_seconds(args.load_cpu)
-    rate = capacity_rate(server, proc, port, w, args)
     figures, errors = run_load(port, w, args.duration, args.load_cpu, rate)
     after = cpu_seconds(proc.pid)
     steal = steal_seconds(args.server_cpu) - steal_before

@@ -14,7 +14,9 @@
 // connection is still busy waits, and its latency is counted from when it was
 // due, not from when it was sent (coordinated omission corrected, as wrk2).
 //
-// Prints one JSON object on stdout.
+// Prints one JSON object on stdout. --timeline FILE also writes, per 10 ms of the
+// run (by completion time), the responses completed and their largest latency
+// (CSV: ms,responses,max_us), to see whether a tail is steady or a few stalls.
 //
 //   loadgen --port 8000 --path / --connections 64 --duration 5 --expect-status 200 --expect-length
 //   13 loadgen --port 8000 --path /upload --method POST --body-size 16384 --connections 64
@@ -29,6 +31,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -112,6 +115,7 @@ struct Options {
   int expect_status = 200;
   long long expect_length = -1;
   std::uint64_t max_requests = 0;  // stop after this many responses (0: run for --duration)
+  std::string timeline;            // CSV of 10 ms slots, "" for none
 };
 
 struct Errors {
@@ -170,7 +174,11 @@ class Generator {
 
   int run() {
     const std::uint64_t start = now_ns();
+    start_ = start;
     end_ = start + static_cast<std::uint64_t>(o_.duration * 1e9);
+    if (!o_.timeline.empty()) {
+      slots_.assign(static_cast<std::size_t>(o_.duration * 100) + 1, Slot{});
+    }
     const bool open_loop = o_.rate > 0;
     int tfd = -1;
     if (open_loop) {
@@ -529,6 +537,11 @@ class Generator {
     }
     if (t < end_) {
       hist_.add(t - began);
+      if (!slots_.empty()) {
+        Slot& slot = slots_[std::min(slots_.size() - 1, static_cast<std::size_t>((t - start_) / slot_ns))];
+        slot.responses++;
+        slot.max_ns = std::max(slot.max_ns, t - began);
+      }
       bytes_ += static_cast<std::uint64_t>(c.body);
       if (o_.max_requests && hist_.total() >= o_.max_requests)
         end_ = t;
@@ -555,7 +568,21 @@ class Generator {
     return conns_[i].fd >= 0;
   }
 
+  void write_timeline() const {
+    if (o_.timeline.empty())
+      return;
+    FILE* f = std::fopen(o_.timeline.c_str(), "w");
+    if (f == nullptr)
+      return;
+    std::fprintf(f, "ms,responses,max_us\n");
+    for (std::size_t k = 0; k < slots_.size(); ++k)
+      std::fprintf(f, "%zu,%llu,%.1f\n", k * 10, static_cast<unsigned long long>(slots_[k].responses),
+                   static_cast<double>(slots_[k].max_ns) / 1e3);
+    std::fclose(f);
+  }
+
   void report(double elapsed) const {
+    write_timeline();
     std::printf(
         "{\"requests\": %llu, \"seconds\": %.3f, \"rps\": %.1f, \"bytes\": %llu, "
         "\"p50_us\": %.1f, \"p90_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, \"max_us\": "
@@ -587,6 +614,13 @@ class Generator {
   std::uint64_t bytes_ = 0;
   Histogram hist_;
   Errors errors_;
+  struct Slot {
+    std::uint64_t responses = 0;
+    std::uint64_t max_ns = 0;
+  };
+  static constexpr std::uint64_t slot_ns = 10'000'000;
+  std::uint64_t start_ = 0;
+  std::vector<Slot> slots_;
 };
 
 int usage(const char* why) {
@@ -625,6 +659,8 @@ int main(int argc, char** argv) {
       o.expect_status = std::atoi(value());
     else if (a == "--expect-length")
       o.expect_length = std::atoll(value());
+    else if (a == "--timeline")
+      o.timeline = value();
     else if (a == "--requests")
       o.max_requests = static_cast<std::uint64_t>(std::atoll(value()));
     else
