@@ -65,6 +65,14 @@ void http_server::impl::begin_close(connection& c) {
     close_now(c);
     return;
   }
+  if (c.peer_closes && !c.tls.active() && c.rbeg == c.rend && !c.parser.mid_message()) {
+    // The client said its request was its last (Connection: close, or 1.0
+    // without keep-alive) and all of it was read: nothing more is coming, so
+    // a close sends a FIN, not a reset, and there is nothing to linger for
+    // (a shutdown, a read of the client's FIN and a wait less per connection).
+    close_now(c);
+    return;
+  }
   // Shut our side and keep reading a little: closing with unread input
   // would send a reset that can destroy the response before the client
   // reads it (a 413 answered before the body was read, for instance).

@@ -92,7 +92,7 @@ struct connection {
     parser.set_credit(max_pipelined);
     rbeg = rend = 0;
     read_armed = read_eof = parser_paused = drain_probed = false;
-    no_more_requests = stop_dispatch = last_request = skipping = false;
+    no_more_requests = stop_dispatch = last_request = skipping = peer_closes = false;
     ever_dispatched = disconnect_sent = wrote_any = false;
     body_unacked = 0;
     next_seq = hol_seq = 0;
@@ -140,6 +140,7 @@ struct connection {
   bool stop_dispatch = false;  // heads parsed from now on are not handed to the app
   bool last_request = false;   // the request being received is the last one (drain)
   bool skipping = false;       // events of a head that was not dispatched
+  bool peer_closes = false;    // the client's last request was not keep-alive (it closes after it)
   bool ever_dispatched = false;  // the app knows this connection: it gets one disconnect
   bool disconnect_sent = false;
   bool wrote_any = false;
@@ -153,8 +154,8 @@ struct connection {
   bool hol_started = false;        // bytes of the head-of-line response are queued
   std::uint16_t error_status = 0;  // an error to answer once nothing is in flight
   std::string_view error_reason{};
-  std::string error_log;  // access_log::capture() of a head rejected by the parser (413, ...)
-  fifo<later_response> later;    // index i is request hol_seq + 1 + i
+  std::string error_log;       // access_log::capture() of a head rejected by the parser (413, ...)
+  fifo<later_response> later;  // index i is request hol_seq + 1 + i
   fifo<request_record> records;  // one per request in flight: index i is request hol_seq + i
 
   // Write side: out holds the bytes in wire order; the first one is written

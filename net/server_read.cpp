@@ -224,6 +224,8 @@ void http_server::impl::process_input(connection& c, clock_type::time_point now)
         c.parser_paused = true;
         break;
       case http::feed_status::closing:
+        c.peer_closes = true;
+        [[fallthrough]];
       case http::feed_status::upgraded:
         // A non-persistent request, or an upgrade: its response is the last.
         // What follows is ignored, unless the app may accept the WebSocket:

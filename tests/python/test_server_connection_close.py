@@ -1,0 +1,76 @@
+"""How the server ends a connection, from a raw socket and the stats endpoint.
+
+A client that says its request is its last (`Connection: close`, or HTTP/1.0 without keep-alive) gets
+the whole response and the server's FIN, and the server lets go of the connection at once: it has
+read all the client will send, so nothing is left to linger for. When the server decides to close
+(an app error's 500 to a keep-alive client, who may already be sending its next request), it shuts
+its side and lingers, reading until the client closes (or `linger_timeout`), so a request in flight
+cannot turn into a reset that destroys the response.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server_harness import ServerProcess, read_response
+
+STATS = re.compile(r"stats endpoint on http://127\.0\.0\.1:(\d+)/")
+
+
+def open_connections(srv: ServerProcess) -> int:
+    port = int(srv.wait_log(STATS.pattern).group(1))
+    return int(httpx.get(f"http://127.0.0.1:{port}/stats", timeout=5).json()["totals"]["connections_open"])
+
+
+def wait_open(srv: ServerProcess, want: int, timeout: float = 5.0) -> int:
+    deadline = time.monotonic() + timeout
+    while (n := open_connections(srv)) != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return n
+
+
+@pytest.fixture
+def server(tmp_path: Path):  # type: ignore[no-untyped-def]
+    # A long linger, so a connection held by lingering would show for the whole test.
+    srv = ServerProcess("raw_app:app", "--cores", "1", "--stats-port", "0", "--linger-timeout", "30",
+                        tmp=tmp_path).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    b"GET /hello HTTP/1.0\r\nHost: x\r\n\r\n",
+], ids=["http11-connection-close", "http10"])
+def test_a_client_whose_request_is_its_last_is_let_go_at_once(server: ServerProcess, request_bytes: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(request_bytes)
+        f = s.makefile("rb")
+        status, headers, body = read_response(f)
+        assert status == 200 and body, (status, body)
+        assert f.read() == b""  # then a FIN, not a reset
+        # Our side stays open, yet the server holds nothing for this connection.
+        assert wait_open(server, 0) == 0
+
+
+def test_a_connection_the_server_closes_lingers_until_the_client_closes(server: ServerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(b"GET /raise HTTP/1.1\r\nHost: x\r\n\r\n")  # keep-alive; the app error closes it
+        f = s.makefile("rb")
+        status, headers, _ = read_response(f)
+        assert status == 500 and headers.get("connection") == "close", headers
+        assert f.read() == b""  # the server shut its side
+        # A keep-alive client may have sent its next request already: the server reads on.
+        time.sleep(0.5)
+        assert open_connections(server) == 1
+        s.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")  # read and dropped, no reset
+        time.sleep(0.2)
+        assert open_connections(server) == 1
+        f.close()  # the socket's file holds the descriptor too
+    assert wait_open(server, 0) == 0  # gone once the client closed
