@@ -364,6 +364,51 @@ def single(data: dict, out: Path, title: str) -> None:
     print(f"written: {out}")
 
 
+def ratios(datas: list[dict], out: Path) -> None:
+    """Every server's median req/s and CPU per request over the first server's (the reference, drawn as
+    1.0), per workload, from one or more HTTP results files of the same servers: where a server stands
+    against a peer at a glance."""
+    import matplotlib.pyplot as plt
+
+    # A workload's bars come from the last file that ran it, each against that file's own reference run;
+    # the C floor is a reference of another kind (its ratios are in the tables), not drawn.
+    m: dict[tuple[str, str], dict] = {}
+    for d in datas:
+        ran = {r["workload"] for r in d["results"] if r["rps"]}
+        m = {k: v for k, v in m.items() if k[0] not in ran} | medians(d["results"])
+    results = [r for d in datas for r in d["results"] if r["rps"] and not r["server"].startswith("C floor")]
+    workloads = list(dict.fromkeys(r["workload"] for r in results))
+    servers = list(dict.fromkeys(r["server"] for r in results))
+    ref, others = servers[0], servers[1:]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    width = 0.8 / max(1, len(others))
+    for ax, key, label in zip(axes, ("rps", "cpu_us_per_request"),
+                              (f"req/s over {short(ref)}'s (higher is better)",
+                               f"CPU per request over {short(ref)}'s (lower is better)")):
+        for i, s in enumerate(others):
+            xs, ys = [], []
+            for j, w in enumerate(workloads):
+                a, b = m.get((w, s)), m.get((w, ref))
+                if a and b and b[key]:
+                    xs.append(j + i * width)
+                    ys.append(a[key] / b[key])
+            bars = ax.bar(xs, ys, width, label=short(s))
+            ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([j + width * (len(others) - 1) / 2 for j in range(len(workloads))])
+        ax.set_xticklabels([w.replace(" connections", " conns").replace(", ", "\n") for w in workloads],
+                           fontsize=7, rotation=30, ha="right")
+        ax.set_ylabel(label, fontsize=8)
+        ax.set_ylim(0, max(1.5, ax.get_ylim()[1] * 1.15))
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper center", ncol=len(others))
+    names = ", ".join(sorted({d.get("file", "?") for d in datas}))
+    fig.suptitle(f"against {ref}: {names}\n{datas[0]['machine']}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"written: {out}")
+
+
 def fmt_rps(v: float) -> str:
     return f"{v / 1000:.1f} K" if v >= 1000 else f"{v:.0f}"
 
@@ -411,8 +456,15 @@ def table(data: dict) -> str:
 
 def main() -> int:
     if len(sys.argv) < 3:
-        print("usage: plot.py RESULT [RESULT ...] FOLDER/|--table, or plot.py RESULT.json OUT.png", file=sys.stderr)
+        print("usage: plot.py RESULT [RESULT ...] FOLDER/|--table, plot.py RESULT.json OUT.png, or "
+              "plot.py --ratios RESULT.json [RESULT.json ...] OUT.png", file=sys.stderr)
         return 2
+    if sys.argv[1] == "--ratios":
+        import matplotlib
+
+        matplotlib.use("Agg")
+        ratios([load(Path(a)) | {"file": Path(a).stem} for a in sys.argv[2:-1]], Path(sys.argv[-1]))
+        return 0
     paths, out = [Path(a) for a in sys.argv[1:-1]], sys.argv[-1]
     datas = [load(p) for p in paths]
     https = [d for d in datas if kind(d) == "http"]
