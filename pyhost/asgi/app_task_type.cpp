@@ -300,7 +300,9 @@ PyObject* get_blocking(PyObject* self, void* /*unused*/) {
   return PyBool_FromLong(static_cast<long>(as_task(self)->blocking));
 }
 
-int set_blocking(PyObject* self, PyObject* value, void* /*unused*/) {
+/// A setter's value as a bool in `out`: 0, or -1 (an error set) when the
+/// attribute is deleted or the value has no truth.
+int truth_of(PyObject* value, bool& out) {
   if (value == nullptr) {
     PyErr_SetString(PyExc_AttributeError, "cannot delete attribute");
     return -1;
@@ -309,8 +311,12 @@ int set_blocking(PyObject* self, PyObject* value, void* /*unused*/) {
   if (yes < 0) {
     return -1;
   }
-  as_task(self)->blocking = yes != 0;
+  out = yes != 0;
   return 0;
+}
+
+int set_blocking(PyObject* self, PyObject* value, void* /*unused*/) {
+  return truth_of(value, as_task(self)->blocking);
 }
 
 PyObject* get_log_traceback(PyObject* self, void* /*unused*/) {
@@ -318,15 +324,11 @@ PyObject* get_log_traceback(PyObject* self, void* /*unused*/) {
 }
 
 int set_log_traceback(PyObject* self, PyObject* value, void* /*unused*/) {
-  if (value == nullptr) {
-    PyErr_SetString(PyExc_AttributeError, "cannot delete attribute");
+  bool yes = false;
+  if (truth_of(value, yes) < 0) {
     return -1;
   }
-  const int yes = PyObject_IsTrue(value);
-  if (yes < 0) {
-    return -1;
-  }
-  if (yes != 0) {
+  if (yes) {
     PyErr_SetString(PyExc_ValueError, "_log_traceback can only be set to False");
     return -1;
   }
