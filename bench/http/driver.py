@@ -147,6 +147,14 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
              "--stats-json-on-exit", str(STATS_FILE), "--solo-max-batch", "0"],
             str(ROOT / ".venv/bin/python"),
         ),
+        # Solo mode with another solo_max_batch (CADELOOP_BENCH_SOLO_BATCH, default 4), for A/B rounds in one build.
+        "cadeloop-solo-batch": Server(
+            f"cadeloop, solo_max_batch {os.environ.get('CADELOOP_BENCH_SOLO_BATCH', '4')}",
+            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
+             "--stats-json-on-exit", str(STATS_FILE), "--solo-max-batch",
+             os.environ.get("CADELOOP_BENCH_SOLO_BATCH", "4")],
+            str(ROOT / ".venv/bin/python"),
+        ),
         # Each request's app in an asyncio.Task (asyncio_tasks, as before 2026-12-02) instead of the native
         # request task; for A/B rounds in one build.
         "cadeloop-asyncio-tasks": Server(
