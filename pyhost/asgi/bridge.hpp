@@ -163,7 +163,7 @@ struct request_object {
   PyObject_HEAD bridge* owner;  // NULL once the bridge is gone
   request_object* live_prev;    // the bridge's list of live requests
   request_object* live_next;
-  PyObject* task;            // the app's asyncio.Task; strong until it is done
+  PyObject* task;  // the app's task (RequestTask, or asyncio.Task); strong until it is done
   PyObject* receive_waiter;  // a Future a receive() waits on, or NULL
   PyObject* send_waiter;     // a Future a send() waits on (drained), or NULL
   PyObject* start_headers;   // headers of http.response.start until the head is encoded (a list)

@@ -242,6 +242,7 @@ bool bridge::start_app(request_object* r, PyObject* scope) {
   Py_XDECREF(res);
   return true;
 }
+
 bool bridge::start_native(request_object* r, PyObject* coro) {
   PyObject* self = reinterpret_cast<PyObject*>(r);
   int is_coro = PyCoro_CheckExact(coro) ? 1 : 0;
