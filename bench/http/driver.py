@@ -101,82 +101,39 @@ def baseline_label(tree: Path) -> str:
 def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
     host = "127.0.0.1"
     peer = lambda name: PEERS / name / "bin"  # noqa: E731
+
+    def cadeloop(label: str, *flags: str, venv: str = ".venv", tree: Path = ROOT) -> Server:
+        """The cadeloop of `tree` (this checkout by default; from `venv`) on one core pair, with extra `flags`."""
+        return Server(label, [str(tree / venv / "bin/cadeloop"), "app:app", "--host", host, "--port", str(port),
+                              "--cores", "1", "--stats-json-on-exit", str(STATS_FILE), *flags],
+                      str(tree / venv / "bin/python"))
+
+    io_spin = os.environ.get("CADELOOP_BENCH_IO_SPIN_US", "50")
+    cpu_yield = os.environ.get("CADELOOP_BENCH_YIELD_US", "50")
+    solo_batch = os.environ.get("CADELOOP_BENCH_SOLO_BATCH", "4")
     table = {
-        "cadeloop": Server(
-            "cadeloop",
-            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE)],
-            str(ROOT / ".venv/bin/python"),
-        ),
-        "cadeloop-log": Server(
-            "cadeloop, access log on",
-            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE), "--access-log", "--access-log-file", str(ACCESS_LOG)],
-            str(ROOT / ".venv/bin/python"),
-        ),
+        "cadeloop": cadeloop("cadeloop"),
+        "cadeloop-log": cadeloop("cadeloop, access log on", "--access-log", "--access-log-file", str(ACCESS_LOG)),
         # The I/O thread spinning before it sleeps (yielding the CPU when the pair shares one), for the
         # low-concurrency experiments: CADELOOP_BENCH_IO_SPIN_US sets the time (default 50 µs).
-        "cadeloop-spin": Server(
-            f"cadeloop, I/O spin {os.environ.get('CADELOOP_BENCH_IO_SPIN_US', '50')} µs",
-            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE), "--io-spin-us", os.environ.get("CADELOOP_BENCH_IO_SPIN_US", "50")],
-            str(ROOT / ".venv/bin/python"),
-        ),
+        "cadeloop-spin": cadeloop(f"cadeloop, I/O spin {io_spin} µs", "--io-spin-us", io_spin),
         # Both threads of the pair yielding to each other before they sleep when they share one CPU
         # (shared_cpu_yield_us, on by default since 2026-12-01; CADELOOP_BENCH_YIELD_US sets the window,
-        # default 50 µs). cadeloop-noyield below is the same build with it off.
-        "cadeloop-yield": Server(
-            f"cadeloop, shared-CPU yield {os.environ.get('CADELOOP_BENCH_YIELD_US', '50')} µs",
-            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE), "--shared-cpu-yield-us",
-             os.environ.get("CADELOOP_BENCH_YIELD_US", "50")],
-            str(ROOT / ".venv/bin/python"),
-        ),
-        # The same with the window off, for A/B rounds in one build.
-        "cadeloop-noyield": Server(
-            "cadeloop, shared-CPU yield off",
-            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE), "--shared-cpu-yield-us", "0"],
-            str(ROOT / ".venv/bin/python"),
-        ),
+        # default 50 µs). cadeloop-noyield is the same build with it off, for A/B rounds in one build.
+        "cadeloop-yield": cadeloop(f"cadeloop, shared-CPU yield {cpu_yield} µs", "--shared-cpu-yield-us", cpu_yield),
+        "cadeloop-noyield": cadeloop("cadeloop, shared-CPU yield off", "--shared-cpu-yield-us", "0"),
         # Solo mode off (solo_max_batch 0, on by default since 2026-12-02): the two threads of the pair hand
-        # every request over, as before; for A/B rounds in one build.
-        "cadeloop-nosolo": Server(
-            "cadeloop, solo mode off",
-            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE), "--solo-max-batch", "0"],
-            str(ROOT / ".venv/bin/python"),
-        ),
-        # Solo mode with another solo_max_batch (CADELOOP_BENCH_SOLO_BATCH, default 4), for A/B rounds in one build.
-        "cadeloop-solo-batch": Server(
-            f"cadeloop, solo_max_batch {os.environ.get('CADELOOP_BENCH_SOLO_BATCH', '4')}",
-            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE), "--solo-max-batch",
-             os.environ.get("CADELOOP_BENCH_SOLO_BATCH", "4")],
-            str(ROOT / ".venv/bin/python"),
-        ),
+        # every request over, as before; and another solo_max_batch (CADELOOP_BENCH_SOLO_BATCH, default 4).
+        "cadeloop-nosolo": cadeloop("cadeloop, solo mode off", "--solo-max-batch", "0"),
+        "cadeloop-solo-batch": cadeloop(f"cadeloop, solo_max_batch {solo_batch}", "--solo-max-batch", solo_batch),
         # Each request's app in an asyncio.Task (asyncio_tasks, as before 2026-12-02) instead of the native
         # request task; for A/B rounds in one build.
-        "cadeloop-asyncio-tasks": Server(
-            "cadeloop, asyncio.Task per request",
-            [str(ROOT / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE), "--asyncio-tasks"],
-            str(ROOT / ".venv/bin/python"),
-        ),
+        "cadeloop-asyncio-tasks": cadeloop("cadeloop, asyncio.Task per request", "--asyncio-tasks"),
         # The same build on CPython 3.11 (.venv-3.11, made by scripts/setup; a worker process instead of a
         # sub-interpreter), for comparisons on the Python the Rust cadeloop runs on.
-        "cadeloop-py311": Server(
-            "cadeloop on CPython 3.11",
-            [str(ROOT / ".venv-3.11/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE)],
-            str(ROOT / ".venv-3.11/bin/python"),
-        ),
-        "cadeloop-py311-asyncio-tasks": Server(
-            "cadeloop on CPython 3.11, asyncio.Task per request",
-            [str(ROOT / ".venv-3.11/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE), "--asyncio-tasks"],
-            str(ROOT / ".venv-3.11/bin/python"),
-        ),
+        "cadeloop-py311": cadeloop("cadeloop on CPython 3.11", venv=".venv-3.11"),
+        "cadeloop-py311-asyncio-tasks": cadeloop("cadeloop on CPython 3.11, asyncio.Task per request",
+                                                 "--asyncio-tasks", venv=".venv-3.11"),
         "uvicorn": Server(
             "uvicorn (httptools+uvloop)",
             [str(peer("uvicorn") / "python"), "-m", "uvicorn", "app:app", "--host", host, "--port", str(port),
@@ -212,12 +169,7 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
     }
     if baseline is not None:
         # Another checkout's build (its own .venv, made by its scripts/setup), for old-against-new rounds.
-        table["cadeloop-base"] = Server(
-            baseline_label(baseline),
-            [str(baseline / ".venv/bin/cadeloop"), "app:app", "--host", host, "--port", str(port), "--cores", "1",
-             "--stats-json-on-exit", str(STATS_FILE)],
-            str(baseline / ".venv/bin/python"),
-        )
+        table["cadeloop-base"] = cadeloop(baseline_label(baseline), tree=baseline)
     return table
 
 
