@@ -538,7 +538,8 @@ class Generator {
     if (t < end_) {
       hist_.add(t - began);
       if (!slots_.empty()) {
-        Slot& slot = slots_[std::min(slots_.size() - 1, static_cast<std::size_t>((t - start_) / slot_ns))];
+        Slot& slot =
+            slots_[std::min(slots_.size() - 1, static_cast<std::size_t>((t - start_) / slot_ns))];
         slot.responses++;
         slot.max_ns = std::max(slot.max_ns, t - began);
       }
@@ -576,7 +577,8 @@ class Generator {
       return;
     std::fprintf(f, "ms,responses,max_us\n");
     for (std::size_t k = 0; k < slots_.size(); ++k)
-      std::fprintf(f, "%zu,%llu,%.1f\n", k * 10, static_cast<unsigned long long>(slots_[k].responses),
+      std::fprintf(f, "%zu,%llu,%.1f\n", k * 10,
+                   static_cast<unsigned long long>(slots_[k].responses),
                    static_cast<double>(slots_[k].max_ns) / 1e3);
     std::fclose(f);
   }

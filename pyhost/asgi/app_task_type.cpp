@@ -14,16 +14,11 @@ namespace {
 
 using namespace task_detail;
 
-const char* state_name(task_state s) {
-  switch (s) {
-    case task_state::pending:
-      return "PENDING";
-    case task_state::cancelled:
-      return "CANCELLED";
-    case task_state::finished:
-      break;
-  }
-  return "FINISHED";
+/// A state's name: asyncio's `_state` (PENDING, ...), or lower case for repr().
+const char* state_name(task_state s, bool lower = false) {
+  static constexpr const char* names[2][3] = {{"PENDING", "CANCELLED", "FINISHED"},
+                                              {"pending", "cancelled", "finished"}};
+  return names[lower ? 1 : 0][static_cast<int>(s)];
 }
 
 // --------------------------------------------------------------- methods
@@ -285,9 +280,7 @@ PyObject* task_repr(PyObject* self) {
   if (name == nullptr) {
     return nullptr;
   }
-  const char* state = t->state == task_state::pending     ? "pending"
-                      : t->state == task_state::cancelled ? "cancelled"
-                                                          : "finished";
+  const char* state = state_name(t->state, true);
   PyObject* coro = t->coro != nullptr ? t->coro : Py_None;
   PyObject* repr =
       PyUnicode_FromFormat("<%s %s name=%R coro=%R>", Py_TYPE(self)->tp_name, state, name, coro);
