@@ -212,11 +212,14 @@ class Result:
     p99_us: float = 0.0
     cpu_s: float = 0.0
     errors: str = ""
+    # responses the CPU time covers: `requests`, plus the open loop's unrecorded warm-up
+    cpu_requests: int = 0
     extra: dict = field(default_factory=dict)
 
     @property
     def cpu_us_per_request(self) -> float:
-        return 1e6 * self.cpu_s / self.requests if self.requests else float("nan")
+        n = self.cpu_requests or self.requests
+        return 1e6 * self.cpu_s / n if n else float("nan")
 
 
 def setup_peers() -> None:
@@ -233,7 +236,8 @@ def run_load(port: int, w: Workload, duration: float, load_cpu: int, rate: float
     if w.body_size:
         argv += ["--method", "POST", "--body-size", str(w.body_size)]
     if rate:
-        argv += ["--rate", f"{rate:.0f}"]
+        # one second at the rate first, not recorded: the measured tail is the steady state's
+        argv += ["--rate", f"{rate:.0f}", "--warmup", "1"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
     try:
         figures = json.loads(proc.stdout)
@@ -293,7 +297,8 @@ def one_run(server: Server, proc: subprocess.Popen, port: int, w: Workload, args
     stats_after = pair_stats(server, proc.pid)
     extra = {"steal_share": steal / args.duration, "load_steal_share": load_steal / args.duration,
              "error_count": figures.get("errors", 0), "rate": rate}
-    extra |= {k: figures[k] for k in ("p90_us", "p999_us", "max_us") if k in figures}
+    extra |= {k: figures[k] for k in ("p90_us", "p999_us", "max_us", "send_late_p99_us", "send_late_max_us")
+              if k in figures}
     if stats_before and stats_after:
         d = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after if isinstance(stats_after[k], int)}
         reqs = max(d.get("requests", 0), 1)
@@ -303,7 +308,8 @@ def one_run(server: Server, proc: subprocess.Popen, port: int, w: Workload, args
                   "eager_completed_share": d.get("eager_completed", 0) / reqs}
     r = Result(server.name, w.name, rps=figures.get("rps", 0.0), requests=figures.get("requests", 0),
                p50_us=figures.get("p50_us", float("nan")), p99_us=figures.get("p99_us", float("nan")),
-               cpu_s=after - before, errors=errors, extra=extra)
+               cpu_s=after - before, errors=errors, extra=extra,
+               cpu_requests=figures.get("responses_with_warmup", 0))
     wake = f"  wake-ups/req {extra['wakeups_per_request']:.3f}" if "wakeups_per_request" in extra else ""
     wake += f"  steal {100 * extra['steal_share']:.1f}% (load CPU {100 * extra['load_steal_share']:.1f}%)"
     print(f"  {server.name:28} {w.name:32} {r.rps:10.0f} req/s "
@@ -511,6 +517,8 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str, 
             if "load_steal_share" in r.extra:
                 steal += f" / {100 * r.extra['load_steal_share']:.1f}%"
             rate = f" (offered {r.extra['rate']:.0f}/s)" if r.extra.get("rate") else ""
+            if r.extra.get("rate") and "send_late_p99_us" in r.extra:
+                rate += f" (sent late p99 {r.extra['send_late_p99_us']:.0f} µs)"
             lines.append(f"| {w} | {r.server}{rate} | {r.rps:.0f} | {r.cpu_us_per_request:.1f} | {fmt_us(r.p50_us)} | "
                          f"{fmt_us(r.p99_us)} | {fmt_us(r.extra.get('p999_us', float('nan')))} | {wake} | {steal} | "
                          f"{r.errors} |")

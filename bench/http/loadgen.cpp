@@ -14,6 +14,14 @@
 // connection is still busy waits, and its latency is counted from when it was
 // due, not from when it was sent (coordinated omission corrected, as wrk2).
 //
+// The open loop polls (epoll_wait with no timeout) while a request is due within
+// 2 ms, so a due request goes out on time instead of after a timer's wake-up; how
+// late each one went out is reported (send_late_*): when those grow, the load
+// generator itself is the bottleneck and the latencies say so (only requests whose
+// connection was free when they came due count there: a busy connection's wait is the
+// server's). --warmup S runs the open loop for S seconds before the measured --duration
+// and records nothing from it.
+//
 // Prints one JSON object on stdout. --timeline FILE also writes, per 10 ms of the
 // run (by completion time), the responses completed and their largest latency
 // (CSV: ms,responses,max_us), to see whether a tail is steady or a few stalls.
@@ -28,7 +36,6 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,6 +119,7 @@ struct Options {
   bool new_conn = false;
   std::size_t body_size = 0;
   double rate = 0.0;
+  double warmup = 0.0;  // open loop: seconds at the rate before the measured --duration
   int expect_status = 200;
   long long expect_length = -1;
   std::uint64_t max_requests = 0;  // stop after this many responses (0: run for --duration)
@@ -174,21 +182,16 @@ class Generator {
 
   int run() {
     const std::uint64_t start = now_ns();
-    start_ = start;
-    end_ = start + static_cast<std::uint64_t>(o_.duration * 1e9);
+    // The open loop's warm-up runs at the rate but records nothing: the measured window is the
+    // steady state, not the queue a fresh set of connections builds in its first milliseconds.
+    start_ = start + static_cast<std::uint64_t>(o_.warmup * 1e9);
+    end_ = start_ + static_cast<std::uint64_t>(o_.duration * 1e9);
     if (!o_.timeline.empty()) {
       slots_.assign(static_cast<std::size_t>(o_.duration * 100) + 1, Slot{});
     }
     const bool open_loop = o_.rate > 0;
-    int tfd = -1;
-    if (open_loop) {
-      tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = UINT64_MAX;
-      epoll_ctl(ep_, EPOLL_CTL_ADD, tfd, &ev);
+    if (open_loop)
       interval_ = static_cast<std::uint64_t>(1e9 * o_.connections / o_.rate);
-    }
     for (std::size_t i = 0; i < conns_.size(); ++i) {
       conns_[i].next_due = start + static_cast<std::uint64_t>(1e9 * static_cast<double>(i) /
                                                               (open_loop ? o_.rate : 1e9));
@@ -199,40 +202,32 @@ class Generator {
       const std::uint64_t t = now_ns();
       if (t >= end_)
         break;
-      int timeout_ms = static_cast<int>((end_ - t) / 1000000 + 1);
+      std::uint64_t wait_ns = end_ - t;
       if (open_loop) {
         std::uint64_t due = UINT64_MAX;
         for (std::size_t i = 0; i < conns_.size(); ++i) {
           Conn& c = conns_[i];
           if (c.fd >= 0 && !c.connecting && c.in_flight == 0) {
-            if (c.next_due <= t) {
-              send_batch(i, c.next_due);
-              c.next_due += interval_;
-            }
+            if (c.next_due <= t)
+              send_due(i, t, true);
             if (c.in_flight == 0 && c.next_due < due)
               due = c.next_due;
           }
         }
-        if (due != UINT64_MAX) {
-          itimerspec its{};
-          its.it_value.tv_sec = static_cast<time_t>(due / 1000000000ULL);
-          its.it_value.tv_nsec = static_cast<long>(due % 1000000000ULL);
-          timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, nullptr);
-        }
+        // Poll while something is due soon; sleep (to 2 ms before it) otherwise.
+        if (due != UINT64_MAX)
+          wait_ns = std::min(wait_ns, due > t + spin_ns ? due - t - spin_ns : 0);
       }
-      const int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), timeout_ms);
-      for (int k = 0; k < n; ++k) {
-        if (events[static_cast<std::size_t>(k)].data.u64 == UINT64_MAX) {
-          std::uint64_t expirations = 0;
-          ssize_t r = read(tfd, &expirations, sizeof expirations);
-          (void)r;
-          continue;
-        }
+      timespec timeout{};
+      timeout.tv_sec = static_cast<time_t>(wait_ns / 1000000000ULL);
+      timeout.tv_nsec = static_cast<long>(wait_ns % 1000000000ULL);
+      const int n =
+          epoll_pwait2(ep_, events.data(), static_cast<int>(events.size()), &timeout, nullptr);
+      for (int k = 0; k < n; ++k)
         handle(static_cast<std::size_t>(events[static_cast<std::size_t>(k)].data.u64),
                events[static_cast<std::size_t>(k)].events);
-      }
     }
-    const double elapsed = static_cast<double>(now_ns() - start) / 1e9;
+    const double elapsed = static_cast<double>(now_ns() - start_) / 1e9;
     report(elapsed);
     return 0;
   }
@@ -296,6 +291,17 @@ class Generator {
     c.answered = 0;
     c.out_off = 0;
     flush(i);
+  }
+
+  // Open loop: sends connection i's request that was due at next_due (now is t). `idle`: the
+  // connection was free when it came due, so any lateness is the load generator's own.
+  void send_due(std::size_t i, std::uint64_t t, bool idle) {
+    Conn& c = conns_[i];
+    if (idle && c.next_due >= start_)
+      late_.add(t - c.next_due);
+    const std::uint64_t due = c.next_due;
+    c.next_due += interval_;
+    send_batch(i, due);
   }
 
   [[nodiscard]] const std::string& payload() const { return o_.rate > 0 ? one_ : batch_; }
@@ -535,7 +541,9 @@ class Generator {
       fail(i, errors_.length);
       return false;
     }
-    if (t < end_) {
+    if (t < end_)
+      answered_++;  // warm-up included: the server's CPU time covers it too
+    if (t < end_ && began >= start_) {
       hist_.add(t - began);
       if (!slots_.empty()) {
         Slot& slot =
@@ -558,10 +566,8 @@ class Generator {
     if (o_.rate > 0) {
       // Open loop: a request that came due while this one was answered goes out now, its
       // latency counted from when it was due.
-      if (c.next_due <= t && t < end_) {
-        send_batch(i, c.next_due);
-        c.next_due += interval_;
-      }
+      if (c.next_due <= t && t < end_)
+        send_due(i, t, false);
       return conns_[i].fd >= 0;
     }
     if (t < end_)
@@ -591,7 +597,9 @@ class Generator {
         "%.1f, "
         "\"errors\": %llu, \"errors_by_kind\": {\"connect\": %llu, \"read\": %llu, \"write\": "
         "%llu, "
-        "\"closed\": %llu, \"status\": %llu, \"length\": %llu, \"parse\": %llu}, \"rate\": %.1f}\n",
+        "\"closed\": %llu, \"status\": %llu, \"length\": %llu, \"parse\": %llu}, \"rate\": %.1f, "
+        "\"send_late_p50_us\": %.1f, \"send_late_p99_us\": %.1f, \"send_late_max_us\": %.1f, "
+        "\"responses_with_warmup\": %llu}\n",
         static_cast<unsigned long long>(hist_.total()), elapsed,
         static_cast<double>(hist_.total()) / elapsed, static_cast<unsigned long long>(bytes_),
         hist_.percentile_us(50), hist_.percentile_us(90), hist_.percentile_us(99),
@@ -602,7 +610,8 @@ class Generator {
         static_cast<unsigned long long>(errors_.closed),
         static_cast<unsigned long long>(errors_.status),
         static_cast<unsigned long long>(errors_.length),
-        static_cast<unsigned long long>(errors_.parse), o_.rate);
+        static_cast<unsigned long long>(errors_.parse), o_.rate, late_.percentile_us(50),
+        late_.percentile_us(99), late_.max_us(), static_cast<unsigned long long>(answered_));
   }
 
   Options o_;
@@ -614,7 +623,10 @@ class Generator {
   std::uint64_t end_ = 0;
   std::uint64_t interval_ = 0;
   std::uint64_t bytes_ = 0;
+  std::uint64_t answered_ = 0;  // responses checked, warm-up included
   Histogram hist_;
+  Histogram late_;  // open loop: how long after its due time each request was sent
+  static constexpr std::uint64_t spin_ns = 2'000'000;
   Errors errors_;
   struct Slot {
     std::uint64_t responses = 0;
@@ -655,6 +667,8 @@ int main(int argc, char** argv) {
       o.new_conn = true;
     else if (a == "--body-size")
       o.body_size = static_cast<std::size_t>(std::atoll(value()));
+    else if (a == "--warmup")
+      o.warmup = std::atof(value());
     else if (a == "--rate")
       o.rate = std::atof(value());
     else if (a == "--expect-status")
@@ -670,6 +684,8 @@ int main(int argc, char** argv) {
   }
   if (o.connections < 1 || o.pipeline < 1 || o.duration <= 0)
     return usage("connections, pipeline and duration must be positive");
+  if (o.warmup < 0 || (o.warmup > 0 && o.rate <= 0))
+    return usage("--warmup is the open loop's (with --rate), in seconds");
   if (o.rate > 0 && o.pipeline != 1)
     return usage("--rate sends one request at a time per connection");
   Generator g(o);
