@@ -117,7 +117,10 @@ def start_server(argv: list[str], app_dir: Path, ready: Callable[[subprocess.Pop
                  ) -> tuple[subprocess.Popen, str]:
     """Starts `argv` in `app_dir` (also its PYTHONPATH), in a session of its own, and waits for `ready`;
     returns the process and "" or why it did not start (the process is stopped then)."""
-    proc = subprocess.Popen(argv, cwd=app_dir, env=dict(os.environ, PYTHONPATH=str(app_dir)),
+    # The benchmarks' own knobs (CADELOOP_BENCH_*) are not the server's settings: cadeloop refuses
+    # an unknown CADELOOP_* variable, so they stay with the driver.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CADELOOP_BENCH_")}
+    proc = subprocess.Popen(argv, cwd=app_dir, env=dict(env, PYTHONPATH=str(app_dir)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     if ready(proc):
         return proc, ""
