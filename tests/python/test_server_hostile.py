@@ -1,0 +1,116 @@
+"""Hostile clients against a real `cadeloop APP` server, from outside: raw sockets only.
+
+Each test is one way a client abuses the protocol that an audit found the
+server answering wrongly; the conformance suites (test_websocket_conformance,
+test_server_hardening, test_server_asgi) cover the well-behaved refusals.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from server_harness import ServerProcess
+
+pytestmark = pytest.mark.timeout(120)
+
+MASK = b"\x5a\xc3\x17\x9e"
+
+
+def masked_frame(opcode: int, payload: bytes) -> bytes:
+    assert len(payload) < 126
+    return bytes([0x80 | opcode, 0x80 | len(payload)]) + MASK + bytes(b ^ MASK[i % 4] for i, b in enumerate(payload))
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of the server and its worker processes (isolation by processes)."""
+    pids, total = [pid], 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(c) for c in (task / "children").read_text().split()]
+    for p in pids:
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
+
+
+def ws_open(port: int, rcvbuf: int | None = None) -> tuple[socket.socket, bytes]:
+    s = socket.socket()
+    if rcvbuf is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall((f"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        assert chunk, buf
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    return s, rest
+
+
+@pytest.fixture(scope="module")
+def ws_server(tmp_path_factory: pytest.TempPathFactory):
+    srv = ServerProcess("ws_app:app", tmp=tmp_path_factory.mktemp("hostile-ws")).start()
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+def test_a_ping_flood_from_a_client_that_reads_no_pong_stops_being_read(ws_server: ServerProcess) -> None:
+    # Every ping gets a pong (RFC 6455 5.5.2); a client that sends pings and reads none of the pongs
+    # must not make the server queue pongs without end: it stops reading that client (TCP pushes back),
+    # holds little memory, and when the client reads again every pong comes, then the echo.
+    ping = masked_frame(0x9, b"p" * 125)
+    pong = bytes([0x8A, 125]) + b"p" * 125
+    batch = ping * 512
+    s, rest = ws_open(ws_server.port, rcvbuf=4096)
+    assert rest == b""
+    before = rss_kib(ws_server.pid)
+    sent, cap = 0, 256 << 20
+    s.settimeout(1.0)
+    deadline = time.monotonic() + 5
+    try:
+        while sent < cap and time.monotonic() < deadline:
+            sent += s.send(batch[sent % len(batch):])
+    except (socket.timeout, BlockingIOError):
+        pass  # the server stopped reading: the flood is held back by TCP
+    grown_mib = (rss_kib(ws_server.pid) - before) / 1024
+    assert sent < 64 << 20, f"the server took {sent >> 20} MiB of pings from a client that reads nothing"
+    assert grown_mib < 64, f"server memory grew {grown_mib:.0f} MiB"
+
+    # The client reads again: every ping is answered in order, then the connection still echoes.
+    got = bytearray()
+    cut = sent % len(ping)  # the flood may have stopped inside a frame: it is finished below
+    want = (sent // len(ping) + (1 if cut else 0)) * len(pong)
+    reader_done = threading.Event()
+
+    def read_all() -> None:
+        s.settimeout(30)
+        while len(got) < want + 2 + 4:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            got.extend(chunk)
+        reader_done.set()
+
+    t = threading.Thread(target=read_all)
+    t.start()
+    s.settimeout(30)
+    s.sendall(ping[cut:] if cut else b"")
+    s.sendall(masked_frame(0x1, b"done"))
+    t.join(40)
+    s.close()
+    assert reader_done.is_set()
+    assert bytes(got[:want]) == pong * (want // len(pong))
+    assert bytes(got[want:]) == b"\x81\x04done"
