@@ -114,3 +114,36 @@ def test_a_ping_flood_from_a_client_that_reads_no_pong_stops_being_read(ws_serve
     assert reader_done.is_set()
     assert bytes(got[:want]) == pong * (want // len(pong))
     assert bytes(got[want:]) == b"\x81\x04done"
+
+
+def test_a_ping_flooder_that_never_reads_is_dropped_by_the_ping_timeout(tmp_path: Path) -> None:
+    # Not read while it reads nothing, the flooder sends no frame the server sees: the ping clock runs,
+    # and the client that never answers is dropped (it holds no connection slot for ever).
+    srv = ServerProcess("ws_app:app", "--ws-ping-interval", "1s", "--ws-ping-timeout", "1s", tmp=tmp_path).start()
+    try:
+        s, _ = ws_open(srv.port, rcvbuf=4096)
+        batch = masked_frame(0x9, b"p" * 125) * 512
+        s.settimeout(1.0)
+        sent, deadline = 0, time.monotonic() + 5
+        try:
+            while time.monotonic() < deadline:
+                sent += s.send(batch[sent % len(batch):])
+        except socket.timeout:
+            pass
+        assert sent < 64 << 20
+        time.sleep(3.5)  # ping interval + ping timeout, with room
+        # Still reading nothing: a dropped connection refuses more bytes (the server's close with our
+        # unread pings in its buffer is a reset); one still held just does not take them.
+        dropped = False
+        try:
+            s.settimeout(2)
+            s.sendall(batch)
+        except (ConnectionResetError, BrokenPipeError):
+            dropped = True
+        except socket.timeout:
+            pass
+        finally:
+            s.close()
+        assert dropped, "the server still holds a client that has read nothing for seconds"
+    finally:
+        assert srv.stop() == 0, srv.log()
