@@ -147,3 +147,31 @@ def test_a_ping_flooder_that_never_reads_is_dropped_by_the_ping_timeout(tmp_path
         assert dropped, "the server still holds a client that has read nothing for seconds"
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"POST /answer HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+    b"POST /answer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"GET /answer HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"POST /answer-while-waiting HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello",  # half of it
+])
+def test_receive_after_the_response_is_complete_is_http_disconnect(tmp_path: Path, request_bytes: bytes) -> None:
+    # ASGI HTTP spec, http.disconnect: "sent to the application if receive is called after a response
+    # has been sent"; uvicorn does the same, whatever body the app left unread.
+    srv = ServerProcess("after_response_app:app", tmp=tmp_path).start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(request_bytes)
+            f = s.makefile("rb")
+            assert f.readline().startswith(b"HTTP/1.1 200 ")
+        deadline = time.monotonic() + 10
+        while True:
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+                s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                events = b"".join(iter(lambda: s.recv(65536), b"")).partition(b"\r\n\r\n")[2]
+            if events or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert events == b"http.disconnect"
+    finally:
+        assert srv.stop() == 0, srv.log()
