@@ -502,6 +502,10 @@ void http_server::impl::ws_settle(connection& c) {
     want = timer_kind::ws_close;
   } else if (!paused && opt_.ws.ping_interval.count() > 0) {
     want = c.tkind == timer_kind::ws_pong ? timer_kind::ws_pong : timer_kind::ws_ping;
+  } else if (paused && c.unsent != 0) {
+    // The app waits on a client that reads none of its output (its send()
+    // for the drain, so it takes no message): write_timeout cuts it.
+    want = timer_kind::write;
   }
   if (want != c.tkind) {
     unlink_timer(c);

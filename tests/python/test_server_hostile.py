@@ -149,6 +149,43 @@ def test_a_ping_flooder_that_never_reads_is_dropped_by_the_ping_timeout(tmp_path
         assert srv.stop() == 0, srv.log()
 
 
+
+def test_a_websocket_client_that_sends_and_never_reads_is_cut_by_the_write_timeout(tmp_path: Path) -> None:
+    # The echo app's send() waits for this client to read, so it takes no message and the server stops
+    # reading the client (its queue is full): no frame arrives, no ping is due. The output the client
+    # never reads is what cuts it, after write_timeout, as for HTTP; the app's send() sees the end.
+    srv = ServerProcess("ws_app:app", "--write-timeout", "1s", "--ws-ping-interval", "1s",
+                        "--ws-ping-timeout", "1s", tmp=tmp_path).start()
+    try:
+        s, _ = ws_open(srv.port, rcvbuf=4096)
+        payload = b"x" * 60000
+        message = bytes([0x82, 0xFE]) + struct.pack("!H", len(payload)) + MASK + \
+            bytes(b ^ MASK[i % 4] for i, b in enumerate(payload))
+        s.settimeout(1.0)
+        sent, dropped, deadline = 0, False, time.monotonic() + 5
+        try:
+            while time.monotonic() < deadline:
+                sent += s.send(message[sent % len(message):])
+        except socket.timeout:
+            pass
+        except (ConnectionResetError, BrokenPipeError):
+            dropped = True  # cut while still sending: write_timeout is short here
+        assert sent < 64 << 20
+        try:
+            if not dropped:
+                time.sleep(4)  # write_timeout, with room
+                s.settimeout(2)
+                s.sendall(message * 10)
+        except (ConnectionResetError, BrokenPipeError):
+            dropped = True
+        except socket.timeout:
+            pass
+        finally:
+            s.close()
+        assert dropped, "the server still holds a client that has read nothing for seconds"
+    finally:
+        assert srv.stop() == 0, srv.log()
+
 @pytest.mark.parametrize("request_bytes", [
     b"POST /answer HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
     b"POST /answer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
