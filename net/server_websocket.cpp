@@ -27,6 +27,19 @@ constexpr std::size_t ws_compress_min = 64;
 constexpr std::size_t ws_copy_max = 1024;
 // The decompression buffer is given back after a message bigger than this.
 constexpr std::size_t ws_scratch_keep = 256U * 1024U;
+// Reading a client stops while this much of our output to it is unread: each
+// ping it sends queues a pong, so a client that pings and reads nothing
+// would otherwise grow the pair's memory without end. TCP then holds it back.
+constexpr std::uint64_t ws_unread_output_max = std::uint64_t{4} << 20;
+
+// Frames are not read or parsed now: the app has max_queue messages it has not
+// taken, or the client has not read ws_unread_output_max bytes of ours.
+// Neither after our close frame (pings are no longer answered then, and the
+// client's close is awaited).
+bool ws_reading_paused(const connection& c, std::size_t max_queue) noexcept {
+  const ws_state& w = *c.ws;
+  return !w.close_sent && (w.queued >= max_queue || c.unsent >= ws_unread_output_max);
+}
 
 }  // namespace
 
@@ -162,7 +175,7 @@ void http_server::impl::ws_refuse_accept(connection& c, std::string_view why) {
 
 void http_server::impl::ws_on_readable(connection& c) {
   ws_state& w = *c.ws;
-  if (c.read_eof || w.close_received || (!w.close_sent && w.queued >= opt_.ws.max_queue)) {
+  if (c.read_eof || w.close_received || ws_reading_paused(c, opt_.ws.max_queue)) {
     return;  // paused after the wait was armed; ws_settle re-arms
   }
   if (!c.rbuf) {
@@ -203,7 +216,7 @@ void http_server::impl::ws_on_readable(connection& c) {
 
 void http_server::impl::ws_process(connection& c) {
   while (c.phase == conn_phase::open && c.rbeg < c.rend && !c.ws->close_received &&
-         (c.ws->close_sent || c.ws->queued < opt_.ws.max_queue)) {
+         !ws_reading_paused(c, opt_.ws.max_queue)) {
     std::string_view in{c.rbuf.get() + c.rbeg, c.rend - c.rbeg};
     const std::size_t before = in.size();
     const http::ws_event* e = c.ws->parser.next(in);
@@ -472,15 +485,27 @@ void http_server::impl::ws_settle(connection& c) {
     close_now(c);
     return;
   }
-  const bool paused = !w.close_sent && w.queued >= opt_.ws.max_queue;
-  if (!paused) {
+  if (c.rbeg < c.rend && !ws_reading_paused(c, opt_.ws.max_queue)) {
+    ws_process(c);  // frames read before a pause for unread output (ws_consumed does the app's)
+    if (c.phase != conn_phase::open || w.close_received) {
+      settle(c);
+      return;
+    }
+  }
+  if (!ws_reading_paused(c, opt_.ws.max_queue)) {
     arm_read(c);
   }
+  // The ping clock runs on while the client reads nothing: a client gone dark is dropped.
+  const bool paused = !w.close_sent && w.queued >= opt_.ws.max_queue;
   timer_kind want = timer_kind::none;
   if (w.close_sent) {
     want = timer_kind::ws_close;
   } else if (!paused && opt_.ws.ping_interval.count() > 0) {
     want = c.tkind == timer_kind::ws_pong ? timer_kind::ws_pong : timer_kind::ws_ping;
+  } else if (paused && c.unsent != 0) {
+    // The app waits on a client that reads none of its output (its send()
+    // for the drain, so it takes no message): write_timeout cuts it.
+    want = timer_kind::write;
   }
   if (want != c.tkind) {
     unlink_timer(c);

@@ -236,7 +236,9 @@ PyObject* bridge::receive(request_object* r) {
   if (r->ws != nullptr) {
     return ws_receive(r);
   }
-  if (r->disconnected) {
+  // ASGI: receive() after the response was sent is http.disconnect, even
+  // with body left unread (as uvicorn does).
+  if (r->disconnected || r->complete) {
     return ready(disconnect_message());
   }
   conn_state* cs = conn_of(r->conn);
@@ -261,7 +263,7 @@ PyObject* bridge::receive(request_object* r) {
     if (!r->body.empty() || r->body_complete) {
       return ready(body_message(r));
     }
-  } else if (r->complete || (cs != nullptr && cs->peer_eof)) {
+  } else if (cs != nullptr && cs->peer_eof) {
     return ready(disconnect_message());
   }
   if (r->receive_waiter != nullptr) {
