@@ -60,6 +60,23 @@ def ws_open(port: int, rcvbuf: int | None = None) -> tuple[socket.socket, bytes]
     return s, rest
 
 
+def dropped_after(s: socket.socket, data: bytes, wait: float) -> bool:
+    """Whether the server has dropped `s` after `wait` seconds more of the client reading nothing: a dropped
+    connection refuses more bytes (the server's close with our unread bytes in its buffer is a reset); one
+    still held just does not take them. Closes `s`."""
+    try:
+        time.sleep(wait)
+        s.settimeout(2)
+        s.sendall(data)
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        pass
+    finally:
+        s.close()
+    return False
+
+
 @pytest.fixture(scope="module")
 def ws_server(tmp_path_factory: pytest.TempPathFactory):
     srv = ServerProcess("ws_app:app", tmp=tmp_path_factory.mktemp("hostile-ws")).start()
@@ -131,23 +148,10 @@ def test_a_ping_flooder_that_never_reads_is_dropped_by_the_ping_timeout(tmp_path
         except socket.timeout:
             pass
         assert sent < 64 << 20
-        time.sleep(3.5)  # ping interval + ping timeout, with room
-        # Still reading nothing: a dropped connection refuses more bytes (the server's close with our
-        # unread pings in its buffer is a reset); one still held just does not take them.
-        dropped = False
-        try:
-            s.settimeout(2)
-            s.sendall(batch)
-        except (ConnectionResetError, BrokenPipeError):
-            dropped = True
-        except socket.timeout:
-            pass
-        finally:
-            s.close()
-        assert dropped, "the server still holds a client that has read nothing for seconds"
+        # ping interval + ping timeout, with room, still reading nothing
+        assert dropped_after(s, batch, 3.5), "the server still holds a client that has read nothing for seconds"
     finally:
         assert srv.stop() == 0, srv.log()
-
 
 
 def test_a_websocket_client_that_sends_and_never_reads_is_cut_by_the_write_timeout(tmp_path: Path) -> None:
@@ -171,20 +175,14 @@ def test_a_websocket_client_that_sends_and_never_reads_is_cut_by_the_write_timeo
         except (ConnectionResetError, BrokenPipeError):
             dropped = True  # cut while still sending: write_timeout is short here
         assert sent < 64 << 20
-        try:
-            if not dropped:
-                time.sleep(4)  # write_timeout, with room
-                s.settimeout(2)
-                s.sendall(message * 10)
-        except (ConnectionResetError, BrokenPipeError):
-            dropped = True
-        except socket.timeout:
-            pass
-        finally:
+        if dropped:
             s.close()
+        else:
+            dropped = dropped_after(s, message * 10, 4)  # write_timeout, with room
         assert dropped, "the server still holds a client that has read nothing for seconds"
     finally:
         assert srv.stop() == 0, srv.log()
+
 
 @pytest.mark.parametrize("request_bytes", [
     b"POST /answer HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
