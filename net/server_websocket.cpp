@@ -495,14 +495,15 @@ void http_server::impl::ws_settle(connection& c) {
   if (!ws_reading_paused(c, opt_.ws.max_queue)) {
     arm_read(c);
   }
-  // The ping clock runs on while the client reads nothing: a client gone dark is dropped.
-  const bool paused = !w.close_sent && w.queued >= opt_.ws.max_queue;
+  // Only a full queue (the app behind) stops the ping clock; while the client
+  // reads nothing it runs on, so a client gone dark is dropped.
+  const bool queue_full = !w.close_sent && w.queued >= opt_.ws.max_queue;
   timer_kind want = timer_kind::none;
   if (w.close_sent) {
     want = timer_kind::ws_close;
-  } else if (!paused && opt_.ws.ping_interval.count() > 0) {
+  } else if (!queue_full && opt_.ws.ping_interval.count() > 0) {
     want = c.tkind == timer_kind::ws_pong ? timer_kind::ws_pong : timer_kind::ws_ping;
-  } else if (paused && c.unsent != 0) {
+  } else if (queue_full && c.unsent != 0) {
     // The app waits on a client that reads none of its output (its send()
     // for the drain, so it takes no message): write_timeout cuts it.
     want = timer_kind::write;

@@ -14,7 +14,7 @@
 // connection is still busy waits, and its latency is counted from when it was
 // due, not from when it was sent (coordinated omission corrected, as wrk2).
 //
-// The open loop polls (epoll_wait with no timeout) while a request is due within
+// The open loop polls (epoll_pwait2 with a zero timeout) while a request is due within
 // 2 ms, so a due request goes out on time instead of after a timer's wake-up; how
 // late each one went out is reported (send_late_*): when those grow, the load
 // generator itself is the bottleneck and the latencies say so (only requests whose
