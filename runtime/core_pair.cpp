@@ -234,13 +234,6 @@ std::size_t app_side::flush() noexcept {
 
 // ---------------------------------------------------------------- solo mode
 
-namespace {
-// Passes in a row that may find requests while the loop is busy before the
-// sockets go back (one connection whose client answers at once does that
-// now and then; many connections do it every pass).
-constexpr unsigned busy_finds_limit = 3;
-}  // namespace
-
 bool app_side::enable_solo() noexcept {
   if (ch_.io_host == nullptr || ch_.solo_max_batch == 0 || ch_.io_host->ready_fd() < 0) {
     return false;
@@ -320,10 +313,11 @@ bool app_side::serve_sockets(bool poll) noexcept {
   // Back to `app`, unless the pass did a batch the two threads serve better
   // (more than solo_max_batch requests, or as many socket handlers: TLS
   // handshakes publish nothing), or requests kept coming while the loop was
-  // busy (many clients, one request per pass: the I/O thread batches them
-  // better), or the I/O thread asked for them.
+  // busy for solo_busy_passes passes in a row (many clients, one request per
+  // pass), or the I/O thread asked for them.
   expected = io_owner::app_busy;
-  if (std::max(units, handlers) > ch_.solo_max_batch || busy_finds_ > busy_finds_limit ||
+  if (std::max(units, handlers) > ch_.solo_max_batch ||
+      (ch_.solo_busy_passes != 0 && busy_finds_ >= ch_.solo_busy_passes) ||
       !ch_.owner.compare_exchange_strong(expected, io_owner::app, std::memory_order_release,
                                          std::memory_order_relaxed)) {
     ch_.owner.store(io_owner::io, std::memory_order_seq_cst);

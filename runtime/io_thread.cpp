@@ -68,6 +68,7 @@ io_thread::io_thread(pair_channels& channels, const core_pair_options& options)
   reactor_fd_ = server_->reactor_descriptor();
   ch_.io_host = this;
   ch_.solo_max_batch = options_.solo_max_batch;
+  ch_.solo_busy_passes = options_.solo_busy_passes;
   ch_.solo_spin = options_.solo_spin;
   // A duplicate, so the descriptor object may close its copy while the
   // parker keeps (and finally closes) the original.

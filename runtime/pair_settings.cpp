@@ -181,6 +181,7 @@ void each_binding(Settings& s, Bind&& bind) {
   bind(setting_id::stuck_timeout, "pair.stuck_timeout", s.pair.stuck_timeout);
   bind(setting_id::shared_cpu_yield_us, "pair.shared_cpu_yield", s.pair.shared_cpu_yield);
   bind(setting_id::solo_max_batch, "pair.solo_max_batch", s.pair.solo_max_batch);
+  bind(setting_id::solo_busy_passes, "pair.solo_busy_passes", s.pair.solo_busy_passes);
   bind(setting_id::solo_spin_us, "pair.solo_spin", s.pair.solo_spin);
 }
 

@@ -126,6 +126,14 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
         # every request over, as before; and another solo_max_batch (CADELOOP_BENCH_SOLO_BATCH, default 4).
         "cadeloop-nosolo": cadeloop("cadeloop, solo mode off", "--solo-max-batch", "0"),
         "cadeloop-solo-batch": cadeloop(f"cadeloop, solo_max_batch {solo_batch}", "--solo-max-batch", solo_batch),
+        # Solo mode's two give-back rules spelled out, whatever the defaults are: a pass that reads more than
+        # solo_max_batch, and solo_busy_passes passes in a row that found requests while the loop was busy.
+        "cadeloop-solo-b1-busy4": cadeloop("cadeloop, solo batch 1, busy passes 4",
+                                           "--solo-max-batch", "1", "--solo-busy-passes", "4"),
+        "cadeloop-solo-b1-nobusy": cadeloop("cadeloop, solo batch 1, busy passes off",
+                                            "--solo-max-batch", "1", "--solo-busy-passes", "0"),
+        "cadeloop-solo-b4-nobusy": cadeloop("cadeloop, solo batch 4, busy passes off",
+                                            "--solo-max-batch", "4", "--solo-busy-passes", "0"),
         # Each request's app in an asyncio.Task (asyncio_tasks, as before 2026-12-02) instead of the native
         # request task; for A/B rounds in one build.
         "cadeloop-asyncio-tasks": cadeloop("cadeloop, asyncio.Task per request", "--asyncio-tasks"),

@@ -244,10 +244,19 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
     release();
     return nullptr;
   }
+  // A body the app's own Content-Length refuses, in the message that carries
+  // the head: nothing is staged yet, so the task's error is answered with a
+  // 500 (app_error) instead of a cut response.
+  const auto refuse = [&](const http::encode_status& st) {
+    release();
+    if (with_head) {
+      r->head_written = false;
+    }
+    PyErr_Format(PyExc_ValueError, "%s in 'http.response.body'", st.message().c_str());
+  };
   const http::body_part_framing f = r->encoder->frame_body_part(size, scratch_);
   if (!f.status.ok()) {
-    release();
-    PyErr_Format(PyExc_ValueError, "%s in 'http.response.body'", f.status.message().c_str());
+    refuse(f.status);
     return nullptr;
   }
   std::string tail{f.after_body};
@@ -256,8 +265,7 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
   if (ends) {
     const http::encode_status st = r->encoder->finish({}, tail);
     if (!st.ok()) {
-      release();
-      PyErr_Format(PyExc_ValueError, "%s in 'http.response.body'", st.message().c_str());
+      refuse(st);
       return nullptr;
     }
   }

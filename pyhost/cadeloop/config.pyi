@@ -82,6 +82,7 @@ class Config:
     spin_us: int  # how long the app loop spins before it sleeps
     shared_cpu_yield_us: int  # when a pair's I/O and app threads are confined to the same single CPU: how long each yields the CPU to the other (while it is awake) and re-checks for work before it sleeps; 0: sleep at once
     solo_max_batch: int  # solo mode: when a pair's I/O thread has nothing to do, its app thread serves the sockets itself (one thread, no hand-over per request) until one of its passes reads more than this many requests or WebSocket messages; 0: the two threads always
+    solo_busy_passes: int  # solo mode: the app thread also gives the sockets back after this many of its passes in a row found requests while its loop was busy (many clients, a request or two each pass); 0: not for that
     solo_spin_us: int  # solo mode: how long the app thread, serving the sockets, polls them before it sleeps, so a request that follows closely is taken without a wake-up (adaptive: after 8 polls that found nothing, one sleep in 16 polls); 0: sleep at once
     ssl_certfile: str | None  # PEM certificate (chain) of the server; set, every connection is TLS (HTTPS, WSS)
     ssl_keyfile: str | None  # PEM private key of the certificate
@@ -162,6 +163,7 @@ class Config:
         spin_us: int = 0,
         shared_cpu_yield_us: int = 50,
         solo_max_batch: int = 1,
+        solo_busy_passes: int = 4,
         solo_spin_us: int = 20,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,

@@ -161,6 +161,8 @@ def test_exception_after_start_closes_the_connection(server: ServerProcess) -> N
         ("/bad-header", "header 0 in 'http.response.start' must be a (name, value) pair of bytes"),
         ("/bad-header-value", "x-bad"),
         ("/bad-type", "unexpected ASGI message type 'http.response.bogus'"),
+        ("/body-over-length", "response body longer than its content-length"),
+        ("/body-under-length", "response body shorter than its content-length"),
         ("/body-before-start", "'http.response.body' sent before 'http.response.start'"),
         ("/no-response", "ASGI application returned without starting a response"),
     ],

@@ -402,7 +402,8 @@ def test_extreme_solo_settings_answer_right(tmp_path: Path, flags: tuple[str, ..
     (["--solo-max-batch", "65537"], {}, "solo_max_batch"),
     ([], {"CADELOOP_SOLO_SPIN_US": "abc"}, "solo_spin_us"),
     (["--solo-spin-us", "-3"], {}, "solo_spin_us"),
-], ids=["batch-negative", "batch-too-big", "spin-env-not-a-number", "spin-negative"])
+    (["--solo-busy-passes", "-1"], {}, "solo_busy_passes"),
+], ids=["batch-negative", "batch-too-big", "spin-env-not-a-number", "spin-negative", "busy-negative"])
 def test_a_bad_solo_setting_is_refused_with_one_line(args: list[str], env: dict[str, str], name: str) -> None:
     r = subprocess.run([sys.executable, "-m", "cadeloop", "solo_app:app", "--port", "0", *args],
                        capture_output=True, text=True, timeout=30, env=dict(os.environ, **env))

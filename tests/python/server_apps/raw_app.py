@@ -77,6 +77,10 @@ async def app(scope, receive, send):
         return
     if path == "/bad-header-value":
         return await respond(send, headers=[(b"x-bad", b"a\r\nb")])
+    if path == "/body-over-length":  # the app's own Content-Length, a body longer in one message
+        return await respond(send, body=b"hello", headers=[(b"content-length", b"3")])
+    if path == "/body-under-length":
+        return await respond(send, body=b"hi", headers=[(b"content-length", b"10")])
     if path == "/bad-type":
         await send({"type": "http.response.bogus"})
         return

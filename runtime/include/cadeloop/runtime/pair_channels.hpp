@@ -141,6 +141,9 @@ struct core_pair_options {
   /// then serves them itself, and gives them back when one of its passes
   /// reads more than this many requests (or WebSocket messages). 0: never.
   std::uint32_t solo_max_batch = 1;
+  /// Solo mode: the app thread also gives the sockets back after this many
+  /// passes in a row found requests while its loop was busy. 0: not for that.
+  std::uint32_t solo_busy_passes = 4;
   /// Solo mode: how long the app thread, serving the sockets, polls them
   /// before it sleeps (its loop's adaptive spin). 0: sleep at once.
   std::chrono::microseconds solo_spin{20};
@@ -205,6 +208,7 @@ struct pair_channels {
   parker solo_parker;
   io_pass_host* io_host = nullptr;
   std::uint32_t solo_max_batch = 0;
+  std::uint32_t solo_busy_passes = 0;
   std::chrono::microseconds solo_spin{0};
 
   /// Whether both threads are confined to the same one CPU. Any thread.
