@@ -458,13 +458,16 @@ encode_status response_encoder::write_head(const response_head& head, std::strin
   }
 
   bool keep = context_.client_keep_alive && !context_.server_closing && !app_close;
-  const bool no_body = context_.is_head || status == 204 || status == 304;
+  const bool no_body = context_.is_head || status == 204 || status == 205 || status == 304;
   if (no_body) {
     framing_ = response_framing::none;
     // RFC 9110 8.6: never Content-Length on 204. On HEAD and 304 it states
     // the length a GET would have had, so the app's value is kept, and for
-    // HEAD the known body size stands in for it.
-    if (status != 204) {
+    // HEAD the known body size stands in for it. A 205 has no content (RFC
+    // 9110 15.3.6) but is framed as any response (RFC 9112 6.3): length 0.
+    if (status == 205) {
+      out.append("Content-Length: 0\r\n");
+    } else if (status != 204) {
       if (have_length) {
         out.append("Content-Length: ");
         append_decimal(out, app_length);

@@ -334,6 +334,28 @@ TEST_F(ResponseEncoder, NoContentHasNoBodyAndNoContentLength) {
   EXPECT_TRUE(enc.keep_alive());
 }
 
+// RFC 9110 15.3.6: no content in a 205; it is not one of HTTP/1.1's
+// bodiless statuses (RFC 9112 6.3), so the head says Content-Length: 0,
+// whatever the app declared, and the connection stays usable.
+TEST_F(ResponseEncoder, ResetContentHasNoBodyAndContentLengthZero) {
+  enc.start({});
+  ASSERT_TRUE(head(205, {{"content-length", "5"}, {"x-a", "1"}}, 5).ok());
+  const body_part_framing f = enc.frame_body_part(5, out);
+  EXPECT_TRUE(f.status.ok());
+  EXPECT_FALSE(f.send_body);
+  ASSERT_TRUE(enc.finish({}, out).ok());
+  EXPECT_EQ(out, with_tail("HTTP/1.1 205 Reset Content\r\nx-a: 1\r\nContent-Length: 0\r\n"));
+  EXPECT_TRUE(enc.keep_alive());
+
+  out.clear();
+  enc.start({});
+  ASSERT_TRUE(head(205).ok());  // streamed: still no body, no chunking
+  ASSERT_TRUE(enc.write_body("hello", out).ok());
+  ASSERT_TRUE(enc.finish({}, out).ok());
+  EXPECT_EQ(out, with_tail("HTTP/1.1 205 Reset Content\r\nContent-Length: 0\r\n"));
+  EXPECT_EQ(enc.framing(), response_framing::none);
+}
+
 TEST_F(ResponseEncoder, NotModifiedHasNoBodyButKeepsContentLength) {
   enc.start({});
   ASSERT_TRUE(head(304, {{"etag", "\"x\""}, {"content-length", "5"}}).ok());

@@ -90,6 +90,16 @@ def test_http10_and_head(server: ServerProcess) -> None:
     assert out.endswith(b"\r\n\r\n"), out  # no body bytes after the head
 
 
+def test_205_reset_content_carries_no_body(server: ServerProcess) -> None:
+    # RFC 9110 15.3.6: no content in a 205, whatever the app sends; framed with Content-Length: 0 so the
+    # keep-alive connection's next response is read right.
+    out = raw_exchange(server.port, b"GET /reset-content HTTP/1.1\r\nHost: x\r\n\r\n"
+                                    b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    first, _, rest = out.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 205 Reset Content\r\n") and b"Content-Length: 0" in first, out
+    assert b"not for the client" not in out and rest.startswith(b"HTTP/1.1 200 OK\r\n"), out
+
+
 def test_request_bodies(client: httpx.Client) -> None:
     assert client.post("/echo", content=b"x" * 100_000).content == b"x" * 100_000
 

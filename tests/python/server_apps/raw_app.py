@@ -81,6 +81,8 @@ async def app(scope, receive, send):
         return await respond(send, body=b"hello", headers=[(b"content-length", b"3")])
     if path == "/body-under-length":
         return await respond(send, body=b"hi", headers=[(b"content-length", b"10")])
+    if path == "/reset-content":  # 205 with a body the server must not send
+        return await respond(send, status=205, body=b"not for the client")
     if path == "/bad-type":
         await send({"type": "http.response.bogus"})
         return
