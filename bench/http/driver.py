@@ -111,6 +111,7 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
     io_spin = os.environ.get("CADELOOP_BENCH_IO_SPIN_US", "50")
     cpu_yield = os.environ.get("CADELOOP_BENCH_YIELD_US", "50")
     solo_batch = os.environ.get("CADELOOP_BENCH_SOLO_BATCH", "4")
+    solo_spin = os.environ.get("CADELOOP_BENCH_SOLO_SPIN_US", "20")
     table = {
         "cadeloop": cadeloop("cadeloop"),
         "cadeloop-log": cadeloop("cadeloop, access log on", "--access-log", "--access-log-file", str(ACCESS_LOG)),
@@ -128,6 +129,9 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
         "cadeloop-solo-batch": cadeloop(f"cadeloop, solo_max_batch {solo_batch}", "--solo-max-batch", solo_batch),
         # Solo mode's two give-back rules spelled out, whatever the defaults are: a pass that reads more than
         # solo_max_batch, and solo_busy_passes passes in a row that found requests while the loop was busy.
+        # Another solo_spin_us (CADELOOP_BENCH_SOLO_SPIN_US, default 20, the default before 2026-12-02's
+        # session 13; 50 now): how long the app thread polls the sockets before it sleeps.
+        "cadeloop-solo-spin": cadeloop(f"cadeloop, solo spin {solo_spin} µs", "--solo-spin-us", solo_spin),
         "cadeloop-solo-b1-busy4": cadeloop("cadeloop, solo batch 1, busy passes 4",
                                            "--solo-max-batch", "1", "--solo-busy-passes", "4"),
         "cadeloop-solo-b1-nobusy": cadeloop("cadeloop, solo batch 1, busy passes off",

@@ -164,7 +164,7 @@ class Config:
         shared_cpu_yield_us: int = 50,
         solo_max_batch: int = 1,
         solo_busy_passes: int = 4,
-        solo_spin_us: int = 20,
+        solo_spin_us: int = 50,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
         ssl_keyfile_password: str | None = None,

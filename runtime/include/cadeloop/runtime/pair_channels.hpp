@@ -146,7 +146,7 @@ struct core_pair_options {
   std::uint32_t solo_busy_passes = 4;
   /// Solo mode: how long the app thread, serving the sockets, polls them
   /// before it sleeps (its loop's adaptive spin). 0: sleep at once.
-  std::chrono::microseconds solo_spin{20};
+  std::chrono::microseconds solo_spin{50};
 };
 
 /// Who serves the pair's sockets (its io_context) right now: only that
