@@ -610,7 +610,11 @@ void bridge::app_ended(request_object* r, PyObject* exc) {
     ws_task_done(r, exc != Py_None ? exc : nullptr);  // bridge_websocket.cpp
   } else if (exc != nullptr && exc != Py_None) {
     app_error(r, "Exception in ASGI application", exc);
-  } else if (!r->complete) {
+  } else if (!r->complete && !r->disconnected) {
+    // Once the connection is gone (the client left, or a timeout cut it) the
+    // app cannot answer: returning without a response is what ASGI asks
+    // then, not an app error (uvicorn does not log it either), so a client
+    // that resets cannot fill the error log and the app_errors counter.
     app_error(r,
               r->started ? "ASGI application returned without completing the response"
                          : "ASGI application returned without starting a response",
@@ -621,8 +625,12 @@ void bridge::app_ended(request_object* r, PyObject* exc) {
 }
 
 void bridge::app_error(request_object* r, const char* what, PyObject* exc) {
-  ++stats_.app_errors;
-  side_.count_app_error();
+  // A ClientDisconnected the app let through (send() raised it) is the
+  // client's doing: on_error_ logs it at debug level, and it is not counted.
+  if (exc == nullptr || PyErr_GivenExceptionMatches(exc, disconnected_type_) == 0) {
+    ++stats_.app_errors;
+    side_.count_app_error();
+  }
   PyObject* res = PyObject_CallFunction(on_error_, "sO", what, exc != nullptr ? exc : Py_None);
   if (res == nullptr) {
     PyErr_WriteUnraisable(on_error_);

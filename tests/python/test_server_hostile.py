@@ -8,6 +8,7 @@ test_server_hardening, test_server_asgi) cover the well-behaved refusals.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import socket
 import struct
@@ -210,3 +211,46 @@ def test_receive_after_the_response_is_complete_is_http_disconnect(tmp_path: Pat
         assert events == b"http.disconnect"
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def reset(s: socket.socket) -> None:
+    """Closes `s` with a reset (SO_LINGER 0), as a client that crashes or is killed does."""
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+
+
+@pytest.mark.parametrize("request_bytes, event", [
+    (b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + b"x" * 5000, "upload: http.disconnect"),
+    (b"GET /big?mb=64 HTTP/1.1\r\nHost: x\r\n\r\n", "big: gone"),
+    (b"GET /big?mb=64&raise=1 HTTP/1.1\r\nHost: x\r\n\r\n", "big: gone"),
+], ids=["mid-upload", "mid-download", "mid-download-send-raises"])
+def test_an_app_that_ends_when_its_client_resets_is_no_app_error(tmp_path: Path, request_bytes: bytes,
+                                                                    event: str) -> None:
+    # The client resets mid-upload or mid-download; the app sees http.disconnect (or send() raises)
+    # and returns, as ASGI asks (or lets send()'s ClientDisconnected through). That is no app error:
+    # uvicorn logs "returned without starting response" only when the client is still there, so a
+    # client that resets cannot fill the error log or the app_errors counter.
+    srv = ServerProcess("hostile_app:app", "--stats-port", "0", tmp=tmp_path).start()
+    try:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(request_bytes)
+        time.sleep(0.3)  # the app has the head and is reading the body or writing the response
+        reset(s)
+        deadline = time.monotonic() + 10
+        while True:
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+                s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                events = b"".join(iter(lambda: s.recv(65536), b"")).partition(b"\r\n\r\n")[2]
+            if event.encode() in events or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert event.encode() in events
+        stats_port = int(srv.wait_log(r"stats endpoint on http://127\.0\.0\.1:(\d+)/").group(1))
+        with socket.create_connection(("127.0.0.1", stats_port), timeout=10) as s:
+            s.sendall(b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            stats = b"".join(iter(lambda: s.recv(65536), b"")).partition(b"\r\n\r\n")[2]
+        assert json.loads(stats)["totals"]["app_errors"] == 0
+    finally:
+        assert srv.stop() == 0, srv.log()
+    assert "ASGI application" not in srv.log(), srv.log()

@@ -46,6 +46,8 @@ async def app(scope, receive, send):
             await send({"type": "http.response.body", "body": b""})
         except OSError:
             EVENTS.append("big: gone")
+            if query.get("raise") == ["1"]:
+                raise  # as an app that does not catch the disconnect does
         return
     if path == "/hold":  # answers after ?s= seconds without reading the request body
         await asyncio.sleep(float(parse_qs(scope["query_string"].decode()).get("s", ["3"])[0]))
