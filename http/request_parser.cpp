@@ -815,8 +815,10 @@ int request_parser_state::on_chunk_header() {
 }
 
 int request_parser_state::on_chunk_extension(const char*, std::size_t len) {
+  // Checked as the bytes arrive, not only when a name or value ends: one
+  // that never ends would otherwise be read for ever (Node's CVE-2024-22019).
   chunk_ext_bytes_ += len;
-  return 0;
+  return on_chunk_extension_complete();
 }
 
 int request_parser_state::on_chunk_extension_complete() {

@@ -377,6 +377,17 @@ const std::vector<vector_case>& vectors() {
         "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: "
         "chunked\r\n\r\n1;aaaa=bbbbbb\r\nx\r\n0\r\n\r\n",
         {small_limits()});
+    add("chunk_extension_name_never_ends",
+        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1;" + std::string(64, 'e'),
+        {small_limits()});
+    add("chunk_extension_value_never_ends",
+        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1;a=" +
+            std::string(64, 'e'),
+        {small_limits()});
+    add("chunk_extension_quoted_value_never_ends",
+        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1;a=\"" +
+            std::string(64, 'e'),
+        {small_limits()});
     add("too_many_trailers",
         "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nA: 1\r\nB: 2\r\nC: "
         "3\r\nD: 4\r\n\r\n",
@@ -1003,6 +1014,10 @@ TEST(request_parser, UnlimitedBodyAcceptsHugeContentLength) {
 
 TEST(request_parser, ChunkExtensionsAndTrailersAreBounded) {
   expect_rejected("chunk_extensions_too_large", 413);
+  // Refused while the extension streams in, before it ends (it never does).
+  expect_rejected("chunk_extension_name_never_ends", 413);
+  expect_rejected("chunk_extension_value_never_ends", 413);
+  expect_rejected("chunk_extension_quoted_value_never_ends", 413);
   expect_rejected("too_many_trailers", 431);
   expect_rejected("trailers_too_large", 431);
 }

@@ -254,3 +254,25 @@ def test_an_app_that_ends_when_its_client_resets_is_no_app_error(tmp_path: Path,
     finally:
         assert srv.stop() == 0, srv.log()
     assert "ASGI application" not in srv.log(), srv.log()
+
+
+@pytest.mark.parametrize("opening", [b"1;", b"1;name=", b'1;name="'], ids=["name", "value", "quoted-value"])
+def test_a_chunk_extension_that_never_ends_gets_413_at_once(tmp_path: Path, opening: bytes) -> None:
+    # max_chunk_extension_bytes (16 KiB) bounds the extensions of a chunk while they arrive, not only
+    # once a name or value ends: a client streaming one endless extension (the attack of Node's
+    # CVE-2024-22019) is refused at once, not read until a timeout while the app waits for a body.
+    srv = ServerProcess("hostile_app:app", tmp=tmp_path).start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + opening)
+            s.sendall(b"e" * (32 << 10))
+            t0 = time.monotonic()
+            s.settimeout(3)
+            try:
+                answer = s.recv(65536)
+            except socket.timeout:
+                answer = b""
+        assert answer.startswith(b"HTTP/1.1 413 "), answer
+        assert time.monotonic() - t0 < 3
+    finally:
+        assert srv.stop() == 0, srv.log()
