@@ -113,6 +113,7 @@ struct connection {
     ws.reset();
     body_since = {};
     body_got = 0;
+    body_in = 0;
     tls = {};
     file.reset();
   }
@@ -182,6 +183,9 @@ struct connection {
   // waits for body bytes the app asked for, and how many came since.
   clock_type::time_point body_since{};
   std::uint64_t body_got = 0;
+  // Request body bytes parsed so far (emit_body): a read moves the body
+  // deadline only when this grows, not for framing bytes alone.
+  std::uint64_t body_in = 0;
   // TLS (server_tls.cpp); inactive on a plain connection.
   tls_stream tls;
   // The file the head-of-line response sends once `out` is written

@@ -164,10 +164,17 @@ void http_server::impl::read_available(connection& c) {
   }
   ctr_.bytes_in.add(n);
   c.rend += n;
-  if (c.tkind == timer_kind::body && note_body_progress(c, n)) {
+  // Only body bytes are progress: framing that never delivers one (a chunk
+  // size of endless zeros) must not hold the app's receive() for ever, so
+  // the body deadline and body_min_rate count what the parser gave as body.
+  const bool body_clock = c.tkind == timer_kind::body;
+  const std::uint64_t body_before = c.body_in;
+  const connection_id id = c.id();
+  process_input(c, clock_type::now());
+  if (body_clock && c.body_in != body_before && lookup(id, false) == &c &&
+      c.tkind == timer_kind::body && note_body_progress(c, c.body_in - body_before)) {
     return;  // cut: slower than body_min_rate
   }
-  process_input(c, clock_type::now());
   settle(c);
 }
 
@@ -340,6 +347,7 @@ void http_server::impl::dispatch_head(connection& c, const http::parse_event& ev
 
 void http_server::impl::emit_body(connection& c, std::span<const http::parse_event> pieces,
                                   std::size_t total, bool more_body) {
+  c.body_in += total;
   if (c.body_seq - c.hol_seq >= c.in_flight()) {
     return;  // its response is already finished: nobody reads this body
   }

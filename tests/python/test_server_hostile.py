@@ -276,3 +276,44 @@ def test_a_chunk_extension_that_never_ends_gets_413_at_once(tmp_path: Path, open
         assert time.monotonic() - t0 < 3
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_a_chunk_size_of_endless_leading_zeros_is_cut_by_the_body_timeout(tmp_path: Path) -> None:
+    # "000...0" never ends a chunk-size line and carries no body byte. body_timeout is the time
+    # without a byte of the body, so framing that never delivers one cannot hold the connection
+    # and the app's receive() for ever by just keeping bytes flowing.
+    srv = ServerProcess("hostile_app:app", "--body-timeout", "1s", tmp=tmp_path).start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+            s.settimeout(0.5)
+            cut, t0 = False, time.monotonic()
+            while not cut and time.monotonic() - t0 < 6:
+                try:
+                    s.sendall(b"0" * 1024)
+                    time.sleep(0.05)
+                except (BrokenPipeError, ConnectionResetError, socket.timeout):
+                    cut = True
+                try:
+                    answer = s.recv(65536, socket.MSG_DONTWAIT)
+                    cut = cut or answer == b"" or answer.startswith(b"HTTP/1.1 408 ")
+                except (BlockingIOError, socket.timeout):
+                    pass
+                except ConnectionResetError:
+                    cut = True
+        assert cut, "the server still reads a chunk size of zeros after 6 s (body_timeout 1 s)"
+        assert time.monotonic() - t0 < 4
+        assert get_events(srv.port).count("upload: http.disconnect") == 1
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+def get_events(port: int) -> list[str]:
+    deadline = time.monotonic() + 5
+    while True:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            events = json.loads(b"".join(iter(lambda: s.recv(65536), b"")).partition(b"\r\n\r\n")[2])
+        if events or time.monotonic() > deadline:
+            return events
+        time.sleep(0.05)
