@@ -218,6 +218,7 @@ std::size_t http_server::impl::recv_some(connection& c, char* p, std::size_t n, 
       break;
     }
     if (err == SSL_ERROR_ZERO_RETURN) {
+      tls_fail(c, fail_closed);  // counted only when the handshake was not done
       if (got == 0) {
         ec = asio::error::eof;  // close_notify
       }

@@ -132,6 +132,12 @@ ctx_ptr build(const tls_options& o) {
   SSL_CTX_set_min_proto_version(c, min_version);
   SSL_CTX_set_options(
       c, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_COMPRESSION);
+  // A client's FIN without close_notify (a TCP half-close after its request)
+  // is an end of input, as over plain TCP: OpenSSL 3 otherwise makes it a
+  // fatal error, sends a decode_error alert and refuses to write the
+  // response. HTTP's own framing tells a cut request from a whole one, as
+  // nginx relies on with the same option.
+  SSL_CTX_set_options(c, SSL_OP_IGNORE_UNEXPECTED_EOF);
   // Idle connections give their record buffers back; writes report each
   // record written and may be retried from a moved buffer (the connection's
   // output queue is coalesced anew on each try).
