@@ -408,6 +408,9 @@ def test_bad_ws_settings_are_one_line(tmp_path: Path, how: str, args: list[str],
     assert lines[0].startswith("cadeloop: ") and origin in lines[0] and name in lines[0], lines[0]
 
 
+# The test's own client, 1,000 asyncio connections, may leave a socket for the garbage collector on a loaded
+# machine (a ResourceWarning in the test process, seen once in CI); what is asserted is the server's close.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_sigterm_closes_every_websocket(tmp_path: Path) -> None:
     count = int(os.environ.get("WS_DRAIN_COUNT", "1000"))
     srv, events = start_server(tmp_path, "--grace", "10")
