@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from server_harness import ServerProcess
+from server_harness import ServerProcess, raw_exchange
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,6 +76,20 @@ def dropped_after(s: socket.socket, data: bytes, wait: float) -> bool:
     finally:
         s.close()
     return False
+
+
+def get_body(port: int, path: str) -> bytes:
+    """The body of GET `path` on a fresh connection the server closes after its answer."""
+    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
+    return raw_exchange(port, request).partition(b"\r\n\r\n")[2]
+
+
+def wait_events(port: int, done, timeout: float = 10.0) -> bytes:  # type: ignore[no-untyped-def]
+    """The app's /events body once `done(body)` holds, or the last one after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not done(events := get_body(port, "/events")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return events
 
 
 @pytest.fixture(scope="module")
@@ -200,15 +214,7 @@ def test_receive_after_the_response_is_complete_is_http_disconnect(tmp_path: Pat
             s.sendall(request_bytes)
             f = s.makefile("rb")
             assert f.readline().startswith(b"HTTP/1.1 200 ")
-        deadline = time.monotonic() + 10
-        while True:
-            with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
-                s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                events = b"".join(iter(lambda: s.recv(65536), b"")).partition(b"\r\n\r\n")[2]
-            if events or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        assert events == b"http.disconnect"
+        assert wait_events(srv.port, bool) == b"http.disconnect"
     finally:
         assert srv.stop() == 0, srv.log()
 
@@ -237,20 +243,9 @@ def test_an_app_that_ends_when_its_client_resets_is_no_app_error(tmp_path: Path,
         s.sendall(request_bytes)
         time.sleep(0.3)  # the app has the head and is reading the body or writing the response
         reset(s)
-        deadline = time.monotonic() + 10
-        while True:
-            with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
-                s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                events = b"".join(iter(lambda: s.recv(65536), b"")).partition(b"\r\n\r\n")[2]
-            if event.encode() in events or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        assert event.encode() in events
+        assert event.encode() in wait_events(srv.port, lambda body: event.encode() in body)
         stats_port = int(srv.wait_log(r"stats endpoint on http://127\.0\.0\.1:(\d+)/").group(1))
-        with socket.create_connection(("127.0.0.1", stats_port), timeout=10) as s:
-            s.sendall(b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            stats = b"".join(iter(lambda: s.recv(65536), b"")).partition(b"\r\n\r\n")[2]
-        assert json.loads(stats)["totals"]["app_errors"] == 0
+        assert json.loads(get_body(stats_port, "/stats"))["totals"]["app_errors"] == 0
     finally:
         assert srv.stop() == 0, srv.log()
     assert "ASGI application" not in srv.log(), srv.log()
@@ -303,17 +298,8 @@ def test_a_chunk_size_of_endless_leading_zeros_is_cut_by_the_body_timeout(tmp_pa
                     cut = True
         assert cut, "the server still reads a chunk size of zeros after 6 s (body_timeout 1 s)"
         assert time.monotonic() - t0 < 4
-        assert get_events(srv.port).count("upload: http.disconnect") == 1
+        events = json.loads(wait_events(srv.port, lambda body: json.loads(body) != [], timeout=5))
+        assert events.count("upload: http.disconnect") == 1
     finally:
         assert srv.stop() == 0, srv.log()
 
-
-def get_events(port: int) -> list[str]:
-    deadline = time.monotonic() + 5
-    while True:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            events = json.loads(b"".join(iter(lambda: s.recv(65536), b"")).partition(b"\r\n\r\n")[2])
-        if events or time.monotonic() > deadline:
-            return events
-        time.sleep(0.05)
