@@ -140,10 +140,6 @@ const llhttp_settings_t& request_parser_state::settings() noexcept {
     s.on_chunk_header = &trampoline<&request_parser_state::on_chunk_header>;
     s.on_chunk_extension_name = &data_trampoline<&request_parser_state::on_chunk_extension>;
     s.on_chunk_extension_value = &data_trampoline<&request_parser_state::on_chunk_extension>;
-    s.on_chunk_extension_name_complete =
-        &trampoline<&request_parser_state::on_chunk_extension_complete>;
-    s.on_chunk_extension_value_complete =
-        &trampoline<&request_parser_state::on_chunk_extension_complete>;
     s.on_message_complete = &trampoline<&request_parser_state::on_message_complete>;
     return s;
   }();
@@ -818,10 +814,6 @@ int request_parser_state::on_chunk_extension(const char*, std::size_t len) {
   // Checked as the bytes arrive, not only when a name or value ends: one
   // that never ends would otherwise be read for ever (Node's CVE-2024-22019).
   chunk_ext_bytes_ += len;
-  return on_chunk_extension_complete();
-}
-
-int request_parser_state::on_chunk_extension_complete() {
   if (chunk_ext_bytes_ > limits_.max_chunk_extension_bytes) {
     return fail(413, "chunk extensions larger than max_chunk_extension_bytes");
   }

@@ -267,6 +267,26 @@ bool http_server::impl::tls_arm_read(connection& c) {
 std::size_t http_server::impl::send_some(connection& c, const std::vector<asio::const_buffer>& iov,
                                          error_code& ec) {
   if (!c.tls.active()) {
+    if (iov.size() == 1 && iov[0].size() > 0) {
+      // One piece (a head with a small body is built as one): send(2).
+      // Asio's write_some takes sendmsg(2) for any buffer sequence, and the
+      // kernel then imports a msghdr and an iovec for every response.
+      for (;;) {
+        const ssize_t r =
+            ::send(c.socket->native_handle(), iov[0].data(), iov[0].size(), MSG_NOSIGNAL);
+        if (r >= 0) {
+          ec = {};
+          return static_cast<std::size_t>(r);
+        }
+        const int err = errno;
+        if (err != EINTR) {
+          ec = err == EAGAIN || err == EWOULDBLOCK
+                   ? error_code{asio::error::would_block}
+                   : error_code{err, boost::system::system_category()};
+          return 0;
+        }
+      }
+    }
     return c.socket->write_some(iov, ec);
   }
   ec = {};

@@ -211,7 +211,6 @@ class request_parser_state {
   int on_body(const char* at, std::size_t len);
   int on_chunk_header();
   int on_chunk_extension(const char* at, std::size_t len);
-  int on_chunk_extension_complete();
   int on_message_complete();
   int on_trailer_field(const char* at, std::size_t len);
   int on_trailer_value(const char* at, std::size_t len);
