@@ -56,7 +56,8 @@ ACCESS_LOG = Path("/tmp") / f"cadeloop-bench-access-{os.getpid()}.log"
 
 # Each peer gets its own venv so their dependencies never mix with ours.
 PEER_PACKAGES = {
-    "uvicorn": ["uvicorn==0.54.0", "httptools==0.9.0", "uvloop==0.23.0"],
+    # websockets: uvicorn's `--ws websockets`, for the suite's WebSocket rows (bench/ws/driver.py)
+    "uvicorn": ["uvicorn==0.54.0", "httptools==0.9.0", "uvloop==0.23.0", "websockets==17.4"],
     "granian": ["granian==2.8.9"],
     "hypercorn": ["hypercorn==0.18.0"],
     # matplotlib for bench/http/plot.py
