@@ -139,6 +139,8 @@ def servers(port: int, baseline: Path | None = None) -> dict[str, Server]:
                                             "--solo-max-batch", "1", "--solo-busy-passes", "0"),
         "cadeloop-solo-b4-nobusy": cadeloop("cadeloop, solo batch 4, busy passes off",
                                             "--solo-max-batch", "4", "--solo-busy-passes", "0"),
+        "cadeloop-solo-b4-busy4": cadeloop("cadeloop, solo batch 4, busy passes 4",
+                                           "--solo-max-batch", "4", "--solo-busy-passes", "4"),
         # Each request's app in an asyncio.Task (asyncio_tasks, as before 2026-12-02) instead of the native
         # request task; for A/B rounds in one build.
         "cadeloop-asyncio-tasks": cadeloop("cadeloop, asyncio.Task per request", "--asyncio-tasks"),
