@@ -224,6 +224,7 @@ def test_a_reading_client_gets_its_big_response_while_slow_readers_hold_the_gate
     # its 2 MiB, and a short response passes the gate at once.
     srv = ServerProcess("hostile_app:app", "--memory-budget", "1MiB", "--write-timeout", "60",
                         tmp=tmp_path).start()
+    readers: list[socket.socket] = []
     try:
         readers = [slow_reader(srv.port, 64) for _ in range(20)]
         time.sleep(0.5)
@@ -231,9 +232,9 @@ def test_a_reading_client_gets_its_big_response_while_slow_readers_hold_the_gate
         r = httpx.get(f"{srv.url}/big?mb=2", timeout=10)
         assert r.status_code == 200 and len(r.content) == 2 << 20
         assert events(srv.port).count("big: gone") >= 1
-        for s in readers:
-            s.close()
     finally:
+        for s in readers:  # closed here too when an assertion fails (else the next test meets their GC)
+            s.close()
         assert srv.stop() == 0
 
 
