@@ -8,6 +8,7 @@
 // bytes; renegotiation is off (tls_context.cpp).
 
 #include "server_impl.hpp"
+#include "socket_calls.hpp"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -167,10 +168,8 @@ std::size_t http_server::impl::recv_some(connection& c, char* p, std::size_t n, 
     unsigned char b = 0;
     const ssize_t r = ::recv(c.socket->native_handle(), &b, 1, MSG_PEEK);
     if (r < 0) {
-      const int err = errno;
-      ec = err == EAGAIN || err == EWOULDBLOCK || err == EINTR
-               ? error_code{asio::error::would_block}
-               : error_code{err, boost::system::system_category()};
+      // An interrupted peek is tried again when the socket is next readable.
+      ec = errno == EINTR ? error_code{asio::error::would_block} : socket_error(errno);
       return 0;
     }
     if (r == 0) {
@@ -271,21 +270,7 @@ std::size_t http_server::impl::send_some(connection& c, const std::vector<asio::
       // One piece (a head with a small body is built as one): send(2).
       // Asio's write_some takes sendmsg(2) for any buffer sequence, and the
       // kernel then imports a msghdr and an iovec for every response.
-      for (;;) {
-        const ssize_t r =
-            ::send(c.socket->native_handle(), iov[0].data(), iov[0].size(), MSG_NOSIGNAL);
-        if (r >= 0) {
-          ec = {};
-          return static_cast<std::size_t>(r);
-        }
-        const int err = errno;
-        if (err != EINTR) {
-          ec = err == EAGAIN || err == EWOULDBLOCK
-                   ? error_code{asio::error::would_block}
-                   : error_code{err, boost::system::system_category()};
-          return 0;
-        }
-      }
+      return send_one(c.socket->native_handle(), iov[0].data(), iov[0].size(), ec);
     }
     return c.socket->write_some(iov, ec);
   }

@@ -90,7 +90,14 @@ void bridge::shed_stalled() {
   std::size_t slot = 0;
   for (std::size_t i = 0; i < conns_.size(); ++i) {
     conn_state& cs = conns_[i];
-    if (cs.generation == 0 || !cs.waiting_drain || cs.shed ||
+    if (cs.generation != 0 && cs.shed) {
+      // One cut at a time: its bytes leave staged_total_ only when its
+      // disconnect comes back. Judging again before then would cut the next
+      // oldest waiter, and the next, down to a client that reads (its first
+      // part staged while the pair was over the budget, not yet written).
+      return;
+    }
+    if (cs.generation == 0 || !cs.waiting_drain ||
         (oldest != nullptr && cs.drain_asked >= oldest->drain_asked)) {
       continue;
     }
