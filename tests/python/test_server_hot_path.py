@@ -1,9 +1,9 @@
 """What a client sees of the HTTP hot path (issue 16).
 
 - Pipelining and the end of a connection: a batch of 16 requests in one segment behind a slow first one,
-  a close decided while the next read waits, bytes after the last request, and a graceful stop with idle
-  keep-alive connections: every answer in request order, nothing answered after the last request, a clean
-  close.
+  a close decided while the next read waits, bytes after the last request, a graceful stop with idle
+  keep-alive connections, and 20,000 pipelined requests whose client reads late (the server's writes find
+  the socket full): every answer in request order, nothing answered after the last request, a clean close.
 - Response bytes freed by the I/O thread stay in the heap (runtime/core_pair.cpp): 64 KiB responses do
   not fault their pages in again each time (counted from the server's /proc/PID/stat, not timed).
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import signal
 import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,34 @@ def test_sixteen_pipelined_in_one_segment_with_a_slow_first(server: ServerProces
             s.sendall(b"".join(get(100 * batch + k, 0.2 if k == 0 else 0.0) for k in range(16)))
             got = [read_response(f) for _ in range(16)]
             assert [(st, body) for st, _, body in got] == [(200, b"%d" % (100 * batch + k)) for k in range(16)]
+
+
+def test_a_pipelining_client_that_reads_late_gets_every_answer(server: ServerProcess) -> None:
+    # 20,000 small answers fill the client's small receive buffer and the server's send buffer long before
+    # the client starts reading: the server stops writing (and reading) and resumes as the client reads,
+    # with no answer lost or out of order. (A write that finds the socket full: tests/net/socket_calls_test.)
+    n = 20_000
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(30)
+        s.connect(("127.0.0.1", server.port))
+        sent: list[BaseException] = []
+
+        def send_all() -> None:
+            try:
+                s.sendall(b"".join(get(i) for i in range(n)))
+            except OSError as e:  # the server ended the connection: the reads below say how
+                sent.append(e)
+
+        sender = threading.Thread(target=send_all, daemon=True)
+        sender.start()
+        time.sleep(1.5)
+        f = s.makefile("rb")
+        for i in range(n):
+            status, _, body = read_response(f)
+            assert (status, body) == (200, b"%d" % i), i
+        sender.join(timeout=10)
+        assert not sent
 
 
 def test_nothing_after_a_close_request_is_answered(server: ServerProcess) -> None:
