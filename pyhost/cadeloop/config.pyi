@@ -162,7 +162,7 @@ class Config:
         io_spin_us: int = 0,
         spin_us: int = 0,
         shared_cpu_yield_us: int = 50,
-        solo_max_batch: int = 1,
+        solo_max_batch: int = 4,
         solo_busy_passes: int = 4,
         solo_spin_us: int = 50,
         ssl_certfile: str | None = None,

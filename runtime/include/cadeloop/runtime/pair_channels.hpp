@@ -140,7 +140,7 @@ struct core_pair_options {
   /// sockets to an app thread that opted in (`app_side::enable_solo`), which
   /// then serves them itself, and gives them back when one of its passes
   /// reads more than this many requests (or WebSocket messages). 0: never.
-  std::uint32_t solo_max_batch = 1;
+  std::uint32_t solo_max_batch = 4;
   /// Solo mode: the app thread also gives the sockets back after this many
   /// passes in a row found requests while its loop was busy. 0: not for that.
   std::uint32_t solo_busy_passes = 4;
