@@ -2,8 +2,9 @@
 
 - Pipelining and the end of a connection: a batch of 16 requests in one segment behind a slow first one,
   a close decided while the next read waits, bytes after the last request, a graceful stop with idle
-  keep-alive connections, and 20,000 pipelined requests whose client reads late (the server's writes find
-  the socket full): every answer in request order, nothing answered after the last request, a clean close.
+  keep-alive connections, and 400 pipelined requests (13 MiB of answers) whose client reads late (the
+  server's writes come back short): every answer in request order, nothing answered after the last request,
+  a clean close.
 - Response bytes freed by the I/O thread stay in the heap (runtime/core_pair.cpp): 64 KiB responses do
   not fault their pages in again each time (counted from the server's /proc/PID/stat, not timed).
 """
@@ -56,21 +57,24 @@ def test_sixteen_pipelined_in_one_segment_with_a_slow_first(server: ServerProces
 
 
 def test_a_pipelining_client_that_reads_late_gets_every_answer(server: ServerProcess) -> None:
-    # 20,000 small answers fill the client's small receive buffer and the server's send buffer long before
-    # the client starts reading: the server stops writing (and reading) and resumes as the client reads,
-    # with no answer lost or out of order. (A write that finds the socket full: tests/net/socket_calls_test.)
-    n = 20_000
+    # 400 pipelined requests, every other one for 64 KiB (13 MiB in all, more than the client's small
+    # receive buffer and the server's send buffer hold) from a client that starts reading after 1.5 s:
+    # the server's writes come back short, and it resumes each where it stopped as the client reads,
+    # with no answer lost, repeated or out of order. (A write that finds the socket full at once:
+    # tests/net/socket_calls_test.cpp.)
+    n = 400
+    requests = [b"GET /64k HTTP/1.1\r\nHost: x\r\n\r\n" if i % 2 else get(i) for i in range(n)]
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.settimeout(30)
         s.connect(("127.0.0.1", server.port))
-        sent: list[BaseException] = []
+        send_errors: list[OSError] = []
 
         def send_all() -> None:
             try:
-                s.sendall(b"".join(get(i) for i in range(n)))
+                s.sendall(b"".join(requests))
             except OSError as e:  # the server ended the connection: the reads below say how
-                sent.append(e)
+                send_errors.append(e)
 
         sender = threading.Thread(target=send_all, daemon=True)
         sender.start()
@@ -78,9 +82,9 @@ def test_a_pipelining_client_that_reads_late_gets_every_answer(server: ServerPro
         f = s.makefile("rb")
         for i in range(n):
             status, _, body = read_response(f)
-            assert (status, body) == (200, b"%d" % i), i
+            assert (status, body) == (200, b"x" * 65536 if i % 2 else b"%d" % i), i
         sender.join(timeout=10)
-        assert not sent
+        assert not send_errors
 
 
 def test_nothing_after_a_close_request_is_answered(server: ServerProcess) -> None:
