@@ -173,6 +173,13 @@ py::dict snapshot_dict(const runtime::pair_stats_snapshot& s) {
   d["accept_pauses"] = s.accept_pauses;
   d["write_calls"] = s.write_calls;
   d["access_log_dropped"] = s.access_log_dropped;
+  d["tls_handshakes"] = s.tls_handshakes;
+  d["tls_resumed"] = s.tls_resumed;
+  d["tls_fail_protocol"] = s.tls_fail_protocol;
+  d["tls_fail_client_cert"] = s.tls_fail_client_cert;
+  d["tls_fail_timeout"] = s.tls_fail_timeout;
+  d["tls_fail_plain_http"] = s.tls_fail_plain_http;
+  d["tls_fail_closed"] = s.tls_fail_closed;
   d["io_passes"] = s.io_passes;
   d["io_parks"] = s.io_parks;
   d["spins"] = s.spins;

@@ -365,9 +365,15 @@ def test_tls_requests_and_websocket_on_one_connection(tmp_path: Path, certs: tup
             for i in range(30):
                 ws.send(f"secure {i}")
                 assert ws.recv() == f"secure {i}"
-    finally:
-        t = stop_and_count(srv, stats)
+    except Exception as e:
+        # A failure here shows the server's own account too: whether the
+        # second connection's handshake was done, failed or timed out.
+        e.add_note(f"server counters: {stop_and_count(srv, stats)}")
+        raise
+    t = stop_and_count(srv, stats)
     assert t["requests"] >= 52 and t["solo_passes"] > 0, t
+    # Two connections, each with a full handshake: the requests' and the WebSocket's.
+    assert t["tls_handshakes"] == 2 and t["tls_fail_timeout"] == t["tls_fail_closed"] == 0, t
 
 
 # ------------------------------------------------------------- settings
