@@ -56,11 +56,13 @@ bool confined_to_one_cpu() noexcept {
 }  // namespace
 
 io_thread::io_thread(pair_channels& channels, const core_pair_options& options)
-    // One thread runs this context and nothing is posted to it from another,
-    // so the scheduler may take its single-threaded shortcuts.
+    // One thread at a time runs this context (the I/O thread, or the app
+    // thread while it holds the sockets in solo mode; `owner`'s seq_cst
+    // hand-off orders the two) and nothing is posted to it from another, so
+    // the scheduler and the reactor run without their mutexes.
     : ch_{channels},
       options_{options},
-      io_{1},
+      io_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE},
       wake_fd_{io_},
       grace_timer_{io_},
       watchdog_timer_{io_} {
