@@ -303,6 +303,12 @@ void bridge::release_python() {
   Py_CLEAR(none_ready_);
   Py_CLEAR(last_server_);
   Py_CLEAR(http_extensions_);
+  for (auto* spares : {&spare_receive_, &spare_send_}) {
+    for (PyObject* fn : *spares) {
+      Py_DECREF(fn);
+    }
+    spares->clear();
+  }
 }
 
 void bridge::set_state(PyObject* state) {

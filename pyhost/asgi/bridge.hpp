@@ -168,6 +168,8 @@ struct request_object {
   PyObject* send_waiter;     // a Future a send() waits on (drained), or NULL
   PyObject* start_headers;   // headers of http.response.start until the head is encoded (a list)
   PyObject* gated;           // a body message waiting for the pair's staging gate (a dict), or NULL
+  PyObject* receive_fn;      // the receive() and send() the app was given (strong until finish():
+  PyObject* send_fn;         // then back to the bridge's spares when nothing else holds them)
   net::connection_id conn;
   std::uint32_t seq;
   unsigned status;
@@ -427,6 +429,13 @@ class bridge final : public loop_source {
   void response_sent(request_object* r);
   void app_error(request_object* r, const char* what, PyObject* exc);
   void finish(request_object* r);
+  /// `def` bound to `self`: a spare callable of an earlier request rebound
+  /// when there is one, else a new one (PyCFunction_NewEx). NULL on error.
+  static PyObject* bind_callable(PyMethodDef& def, std::vector<PyObject*>& spares, PyObject* self);
+  /// Drops a request's callable: kept as a spare, bound to None, when the
+  /// request held the only reference (the app's frames are gone and nothing
+  /// else kept it, not even a weak reference); else released.
+  static void release_callable(PyObject*& fn, std::vector<PyObject*>& spares);
   void release_python();
 
   runtime::app_side& side_;
@@ -448,6 +457,10 @@ class bridge final : public loop_source {
   PyObject* none_ready_ = nullptr;       // a reusable awaitable of None
   PyObject* last_server_ = nullptr;      // cache of scope["server"]
   PyObject* http_extensions_ = nullptr;  // scope["extensions"] of HTTP, copied per request
+  // receive()/send() callables of finished requests, bound to None, rebound
+  // to the next requests (no allocation and no GC tracking per request).
+  std::vector<PyObject*> spare_receive_;
+  std::vector<PyObject*> spare_send_;
   net::socket_address last_server_addr_{};
   names n_;
   std::unordered_map<std::string, PyObject*> header_names_;

@@ -28,6 +28,8 @@ constexpr std::size_t cached_name_max_len = 48;
 constexpr std::size_t cached_names_max = 256;
 // Targets longer than this are not shared between requests (bridge::build_scope).
 constexpr std::size_t shared_path_max = 256;
+// Spare receive()/send() callables kept for later requests, of each kind.
+constexpr std::size_t spare_callables_max = 256;
 
 std::string_view bytes_of(PyObject* b) noexcept {
   return {PyBytes_AS_STRING(b), static_cast<std::size_t>(PyBytes_GET_SIZE(b))};
@@ -82,7 +84,7 @@ void bridge::on_request(runtime::inbound_message& m) {
   }
   r->owner = this;
   r->task = r->receive_waiter = r->send_waiter = r->start_headers = nullptr;
-  r->gated = nullptr;
+  r->gated = r->receive_fn = r->send_fn = nullptr;
   r->conn = m.conn;
   r->seq = m.request;
   r->status = 0;
@@ -170,15 +172,15 @@ void bridge::start_deferred() {
 
 bool bridge::start_app(request_object* r, PyObject* scope) {
   PyObject* self = reinterpret_cast<PyObject*>(r);
-  PyObject* receive = PyCFunction_NewEx(&receive_def, self, nullptr);
-  PyObject* send = PyCFunction_NewEx(&send_def, self, nullptr);
+  // The request keeps its receive and send until finish(), which makes them
+  // spares for later requests when nothing else holds them.
+  r->receive_fn = bind_callable(receive_def, spare_receive_, self);
+  r->send_fn = r->receive_fn != nullptr ? bind_callable(send_def, spare_send_, self) : nullptr;
   PyObject* coro = nullptr;
-  if (receive != nullptr && send != nullptr) {
-    PyObject* args[] = {scope, receive, send};
+  if (r->send_fn != nullptr) {
+    PyObject* args[] = {scope, r->receive_fn, r->send_fn};
     coro = PyObject_Vectorcall(app_, args, 3, nullptr);
   }
-  Py_XDECREF(receive);
-  Py_XDECREF(send);
   Py_DECREF(scope);
   if (coro != nullptr && task_env_ != nullptr) {
     return start_native(r, coro);
@@ -691,8 +693,44 @@ void bridge::finish(request_object* r) {
   Py_XDECREF(rw);
   Py_XDECREF(sw);
   Py_XDECREF(hdr);
+  // Last: a callable's reference may be the last one to r when the
+  // connection's is gone (not owned), and r is not touched after them.
+  PyObject* receive_fn = std::exchange(r->receive_fn, nullptr);
+  PyObject* send_fn = std::exchange(r->send_fn, nullptr);
+  release_callable(receive_fn, spare_receive_);
+  release_callable(send_fn, spare_send_);
   if (owned) {
     Py_DECREF(r);
   }
+}
+
+PyObject* bridge::bind_callable(PyMethodDef& def, std::vector<PyObject*>& spares, PyObject* self) {
+  if (spares.empty()) {
+    return PyCFunction_NewEx(&def, self, nullptr);
+  }
+  PyObject* fn = spares.back();
+  spares.pop_back();
+  Py_SETREF(reinterpret_cast<PyCFunctionObject*>(fn)->m_self, Py_NewRef(self));  // was None
+  return fn;
+}
+
+void bridge::release_callable(PyObject*& slot, std::vector<PyObject*>& spares) {
+  PyObject* fn = std::exchange(slot, nullptr);
+  if (fn == nullptr) {
+    return;
+  }
+  auto* f = reinterpret_cast<PyCFunctionObject*>(fn);
+  // Only the request held it: no frame, closure or weak reference of the
+  // app's can see it serve another request.
+  if (Py_REFCNT(fn) == 1 && f->m_weakreflist == nullptr && spares.size() < spare_callables_max) {
+    try {
+      spares.push_back(fn);
+      Py_SETREF(f->m_self, Py_NewRef(Py_None));  // may free the request: it is not touched after
+      return;
+    } catch (const std::bad_alloc&) {
+      // released below
+    }
+  }
+  Py_DECREF(fn);
 }
 }  // namespace cadeloop::pyhost::server

@@ -80,6 +80,8 @@ int request_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(r->send_waiter);
   Py_VISIT(r->start_headers);
   Py_VISIT(r->gated);
+  Py_VISIT(r->receive_fn);
+  Py_VISIT(r->send_fn);
   return 0;
 }
 
@@ -90,6 +92,8 @@ int request_clear(PyObject* self) {
   Py_CLEAR(r->send_waiter);
   Py_CLEAR(r->start_headers);
   Py_CLEAR(r->gated);
+  Py_CLEAR(r->receive_fn);
+  Py_CLEAR(r->send_fn);
   return 0;
 }
 

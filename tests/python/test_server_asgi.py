@@ -193,6 +193,16 @@ def test_send_after_complete_raises_oserror(client: httpx.Client) -> None:
     assert wait_event(client, "after-complete") == "after-complete: OSError"
 
 
+def test_receive_and_send_kept_past_their_request_stay_that_requests(client: httpx.Client) -> None:
+    # The server reuses the callables of finished requests that nothing else
+    # holds; those an app kept must never serve another request.
+    for _ in range(3):
+        assert client.get("/keep-callables").text == "kept"
+        r = client.get("/use-kept-callables")
+        assert (r.status_code, r.text) == (
+            200, "distinct, stale send: OSError, stale receive: http.disconnect"), r.text
+
+
 def test_streaming_app_sees_the_disconnect(server: ServerProcess, client: httpx.Client) -> None:
     s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
     s.sendall(b"GET /stream?n=100000&delay=0.002 HTTP/1.1\r\nHost: x\r\n\r\n")

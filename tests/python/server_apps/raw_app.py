@@ -8,6 +8,7 @@ from urllib.parse import parse_qs
 from app_lifespan import serve_lifespan
 
 EVENTS: list[str] = []  # what the app saw (read back through /events)
+KEPT: list = []  # (receive, send) of earlier requests, kept past their end by /keep-callables
 
 
 async def respond(send, status=200, body=b"", headers=None):
@@ -91,6 +92,22 @@ async def app(scope, receive, send):
         return
     if path == "/no-response":
         return
+    if path == "/keep-callables":
+        KEPT.append((receive, send))
+        return await respond(send, body=b"kept")
+    if path == "/use-kept-callables":
+        # An earlier request's receive and send, kept by the app: still that
+        # request's (it is over), never this one's.
+        old_receive, old_send = KEPT.pop()
+        seen = ["distinct" if old_send is not send and old_receive is not receive else "the same objects"]
+        try:
+            await old_send({"type": "http.response.start", "status": 500, "headers": []})
+            seen.append("stale send accepted")
+        except OSError as exc:
+            seen.append(f"stale send: {type(exc).__name__}")
+        message = await old_receive()
+        seen.append(f"stale receive: {message['type']}")
+        return await respond(send, body=", ".join(seen).encode())
     if path == "/after-complete":
         await respond(send, body=b"done")
         try:
