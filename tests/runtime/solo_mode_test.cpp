@@ -255,7 +255,15 @@ TEST_F(solo_mode, ABlockedAppThreadLosesTheSocketsAndOtherClientsAreStillRead) {
   ASSERT_TRUE(b.send(get_request("/second")));
   // The I/O thread takes the sockets back and reads the second request
   // while the app thread is still blocked: it waits in the inbound ring.
-  const bool read_meanwhile = eventually([&] { return stats().requests >= 3; }, 1500ms);
+  // (A request is counted when parsed and published at the end of that
+  // pass, so the wait is for both: a snapshot between the two shows it
+  // read but not yet in the ring.)
+  const bool read_meanwhile = eventually(
+      [&] {
+        const core_pair_stats s = stats();
+        return s.requests >= 3 && s.inbound_depth >= 1;
+      },
+      1500ms);
   const core_pair_stats during = stats();
   release.store(true);
   EXPECT_TRUE(read_meanwhile);
