@@ -9,6 +9,7 @@
 #include "byte_scan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <utility>
 
@@ -47,6 +48,23 @@ request_method to_request_method(llhttp_method_t m) noexcept {
 // absolute-form target's authority): an IP literal in brackets or a
 // reg-name, then an optional ":" port of digits. A comma is refused though
 // it is a sub-delim: "Host: a, b" is two hosts, not one. No userinfo.
+// The bytes of a reg-name: unreserved, '%' of a pct-encoding, and the
+// sub-delims but ','.
+constexpr std::array<bool, 256> reg_name_chars = [] {
+  std::array<bool, 256> t{};
+  for (int c = 'a'; c <= 'z'; ++c) {
+    t[static_cast<std::size_t>(c)] = true;
+    t[static_cast<std::size_t>(c - 'a' + 'A')] = true;
+  }
+  for (int c = '0'; c <= '9'; ++c) {
+    t[static_cast<std::size_t>(c)] = true;
+  }
+  for (const char c : std::string_view{"-._~%!$&'()*+;="}) {
+    t[static_cast<unsigned char>(c)] = true;
+  }
+  return t;
+}();
+
 bool valid_host(std::string_view v) noexcept {
   std::size_t i = 0;
   const std::size_t n = v.size();
@@ -66,12 +84,7 @@ bool valid_host(std::string_view v) noexcept {
     i = close + 1;
   } else {
     for (; i < n && v[i] != ':'; ++i) {
-      const char ch = v[i];
-      const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                      (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' ||
-                      ch == '~' || ch == '%' || ch == '!' || ch == '$' || ch == '&' || ch == '\'' ||
-                      ch == '(' || ch == ')' || ch == '*' || ch == '+' || ch == ';' || ch == '=';
-      if (!ok) {
+      if (!reg_name_chars[static_cast<unsigned char>(v[i])]) {
         return false;
       }
     }

@@ -422,7 +422,9 @@ class bridge final : public loop_source {
   PyObject* send_body(request_object* r, PyObject* message);
   bool encode_head(request_object* r, std::optional<std::uint64_t> body_size);
   // ASGI extensions (bridge_extensions.cpp).
-  bool add_http_extensions(PyObject* scope);
+  // `given`: scope["extensions"] already holds an extension (TLS) to merge
+  // into; otherwise the key holds the template's None and is replaced.
+  bool add_http_extensions(PyObject* scope, bool given);
   PyObject* send_extension(request_object* r, PyObject* type, PyObject* message);
   PyObject* send_pathsend(request_object* r, PyObject* message);
   PyObject* send_trailers(request_object* r, PyObject* message);

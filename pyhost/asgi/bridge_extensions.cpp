@@ -90,7 +90,7 @@ bool accepts_trailers(const http::request_head& head) noexcept {
   return false;
 }
 
-bool bridge::add_http_extensions(PyObject* scope) {
+bool bridge::add_http_extensions(PyObject* scope, bool given) {
   if (http_extensions_ == nullptr) {
     http_extensions_ =
         Py_BuildValue("{s:{},s:{}}", "http.response.pathsend", "http.response.trailers");
@@ -98,12 +98,9 @@ bool bridge::add_http_extensions(PyObject* scope) {
       return false;
     }
   }
-  PyObject* given = PyDict_GetItemWithError(scope, n_.extensions);  // the TLS extension
-  if (given != nullptr) {
-    return PyDict_Merge(given, http_extensions_, 0) == 0;
-  }
-  if (PyErr_Occurred()) {
-    return false;
+  if (given) {
+    PyObject* tls = PyDict_GetItemWithError(scope, n_.extensions);
+    return tls != nullptr && PyDict_Merge(tls, http_extensions_, 0) == 0;
   }
   PyObject* copy = PyDict_Copy(http_extensions_);
   const bool ok = copy != nullptr && PyDict_SetItem(scope, n_.extensions, copy) == 0;

@@ -507,8 +507,10 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
       return nullptr;
     }
     full_template_state_ = state_ != nullptr;
-    PyObject* keys[] = {n_.http_version, n_.method, n_.path,   n_.raw_path, n_.query_string,
-                        n_.headers,      n_.client, n_.server, n_.state};
+    // Every key a scope gets is in the template (None until set), so setting
+    // it replaces a value and never grows the copy.
+    PyObject* keys[] = {n_.http_version, n_.method, n_.path,   n_.raw_path,   n_.query_string,
+                        n_.headers,      n_.client, n_.server, n_.extensions, n_.state};
     for (PyObject* k : keys) {
       if ((k != n_.state || state_ != nullptr) && PyDict_SetItem(full_template_, k, Py_None) != 0) {
         Py_CLEAR(full_template_);
@@ -573,13 +575,15 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
                   put(n_.headers, build_headers(head)) && put(n_.client, Py_XNewRef(cs.client)) &&
                   put(n_.server, Py_XNewRef(last_server_)) &&
                   (state_ == nullptr || put(n_.state, PyDict_Copy(state_)));
-  // Over TLS: scheme https and the TLS extension.
+  // Over TLS: scheme https and the TLS extension. A WebSocket scope gets its
+  // extensions in websocket_scope (the template's None stays until then).
+  const bool tls_ext = m.info.tls && m.info.tls_info;
   const bool tls_ok =
       !m.info.tls ||
       (put(n_.scheme, PyUnicode_FromString("https")) &&
-       (!m.info.tls_info ||
+       (!tls_ext ||
         put(n_.extensions, Py_BuildValue("{s:N}", "tls", tls_extension(*m.info.tls_info)))));
-  if (!ok || !tls_ok || (!m.info.websocket && !add_http_extensions(scope)) ||
+  if (!ok || !tls_ok || (!m.info.websocket && !add_http_extensions(scope, tls_ext)) ||
       !apply_forwarded(scope, n_.client, n_.scheme, options_.proxy, m.info.client, head,
                        m.info.websocket)) {
     Py_DECREF(scope);

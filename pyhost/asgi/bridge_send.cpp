@@ -20,10 +20,6 @@ PyObject* request_send(PyObject* self, PyObject* message) {
   return r->owner == nullptr ? bridge_gone() : r->owner->send(r, message);
 }
 
-bool str_equal(PyObject* a, PyObject* interned) {
-  return a == interned || (PyUnicode_Check(a) && PyUnicode_Compare(a, interned) == 0);
-}
-
 /// `message[key]` (borrowed) or NULL without an exception when missing.
 PyObject* get_item(PyObject* message, PyObject* key) {
   return PyDict_GetItemWithError(message, key);
@@ -31,7 +27,12 @@ PyObject* get_item(PyObject* message, PyObject* key) {
 }  // namespace
 
 PyObject* header_pair_list(PyObject* headers, const char* event) {
-  PyObject* list = headers == nullptr ? PyList_New(0) : PySequence_List(headers);
+  // A list (what apps send) is copied by slicing, and a tuple item is its own
+  // pair: both skip the generic iteration (the copy keeps the app's later
+  // changes to its list out of a head that is written later).
+  PyObject* list = headers == nullptr         ? PyList_New(0)
+                   : PyList_CheckExact(headers) ? PyList_GetSlice(headers, 0, PY_SSIZE_T_MAX)
+                                                : PySequence_List(headers);
   if (list == nullptr) {
     if (headers != nullptr) {
       PyErr_Format(PyExc_TypeError, "'headers' in '%s' must be an iterable, got %.100s", event,
@@ -41,10 +42,15 @@ PyObject* header_pair_list(PyObject* headers, const char* event) {
   }
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
     PyObject* item = PyList_GET_ITEM(list, i);
-    PyObject* pair = PySequence_Check(item) && !PyBytes_Check(item) && !PyUnicode_Check(item)
-                         ? PySequence_Tuple(item)
-                         : nullptr;
-    PyErr_Clear();
+    PyObject* pair = nullptr;
+    if (PyTuple_CheckExact(item)) {
+      pair = Py_NewRef(item);
+    } else {
+      pair = PySequence_Check(item) && !PyBytes_Check(item) && !PyUnicode_Check(item)
+                 ? PySequence_Tuple(item)
+                 : nullptr;
+      PyErr_Clear();
+    }
     const bool good = pair != nullptr && PyTuple_GET_SIZE(pair) == 2 &&
                       PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) &&
                       PyBytes_Check(PyTuple_GET_ITEM(pair, 1));

@@ -22,10 +22,6 @@ namespace cadeloop::pyhost::server {
 
 namespace {
 
-bool str_equal(PyObject* a, PyObject* interned) {
-  return a == interned || (PyUnicode_Check(a) && PyUnicode_Compare(a, interned) == 0);
-}
-
 /// The ASCII case-insensitive comparison of a header name.
 bool name_is(std::string_view a, std::string_view b) noexcept {
   if (a.size() != b.size()) {
@@ -78,7 +74,8 @@ PyObject* bridge::websocket_scope(PyObject* scope, const http::request_head& hea
   PyObject* denial = PyUnicode_InternFromString("websocket.http.response");
   PyObject* extensions = denial != nullptr ? Py_BuildValue("{N:{}}", denial) : nullptr;
   bool ok = subprotocols != nullptr && extensions != nullptr;
-  if (PyObject* given = PyDict_GetItem(scope, n_.extensions); ok && given != nullptr) {
+  if (PyObject* given = PyDict_GetItem(scope, n_.extensions);
+      ok && given != nullptr && given != Py_None) {
     ok = PyDict_Update(extensions, given) == 0;  // the TLS extension build_scope put there
   }
   const http::header_block& block = head.headers();

@@ -222,13 +222,31 @@ bool proxy_trust::trusts_hop(std::string_view text) const noexcept {
   return parse_ip(hop_address(text), b, v6) && contains(b.data(), v6);
 }
 
+namespace {
+
+/// Whether a field of `block` is Forwarded, X-Forwarded-For or
+/// X-Forwarded-Proto (names are stored lower-cased): one pass that most
+/// requests, which carry none, end with.
+bool has_proxy_header(const http::header_block& block) noexcept {
+  for (const http::header_field f : block) {
+    const std::size_t n = f.name.size();
+    if ((n == 9 && f.name == "forwarded") || (n == 15 && f.name == "x-forwarded-for") ||
+        (n == 17 && f.name == "x-forwarded-proto")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 bool read_forwarded(const proxy_trust& trust, const net::socket_address& peer,
                     const http::request_head& head, forwarded_client& out) {
   out = {};
-  if (!trust.active() || !trust.trusts(peer)) {
+  const http::header_block& block = head.headers();
+  if (!trust.active() || !has_proxy_header(block) || !trust.trusts(peer)) {
     return false;
   }
-  const http::header_block& block = head.headers();
   std::vector<hop> hops;
   if (block.count("forwarded") != 0) {
     // RFC 7239: elements (one per hop) separated by commas, across fields in

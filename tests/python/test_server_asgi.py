@@ -169,6 +169,7 @@ def test_exception_after_start_closes_the_connection(server: ServerProcess) -> N
         ("/bad-status", "'status' in 'http.response.start' must be an int, got str"),
         ("/status-range", "invalid status 1000 in 'http.response.start'"),
         ("/bad-header", "header 0 in 'http.response.start' must be a (name, value) pair of bytes"),
+        ("/bad-header-pair", "header 1 in 'http.response.start' must be a (name, value) pair of bytes"),
         ("/bad-header-value", "x-bad"),
         ("/bad-type", "unexpected ASGI message type 'http.response.bogus'"),
         ("/body-over-length", "response body longer than its content-length"),
@@ -186,6 +187,14 @@ def test_malformed_app_messages_are_500s_naming_the_problem(
     while logged not in server.log() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert logged in server.log()
+
+
+@pytest.mark.parametrize("shape", ["lists", "tuple", "generator", "mutated"])
+def test_headers_in_any_iterable_of_pairs_and_as_they_were_at_start(client: httpx.Client, shape: str) -> None:
+    r = client.get("/header-shapes", params={"shape": shape})
+    assert r.status_code == 200 and r.text == shape
+    assert (r.headers.get("x-one"), r.headers.get("x-two")) == ("1", "2")
+    assert "x-late" not in r.headers and "x-changed" not in r.headers
 
 
 def test_send_after_complete_raises_oserror(client: httpx.Client) -> None:

@@ -69,6 +69,17 @@ def test_forwarded_rfc7239_with_quoted_ipv6_and_port(serve: Any) -> None:
     assert s["client"] == ["198.51.100.4", 0] and s["scheme"] == "http"
 
 
+def test_each_proxy_header_is_read_on_its_own_among_others(serve: Any) -> None:
+    srv = serve()
+    others = {"Accept": "*/*", "X-Forwarded-Host": "example.org", "X-Request-Id": "abc"}
+    s = scope_of(srv, headers={**others, "x-forwarded-proto": "https"})
+    assert s["scheme"] == "https" and s["client"][0] == "127.0.0.1"
+    s = scope_of(srv, headers={**others, "X-FORWARDED-FOR": "203.0.113.8"})
+    assert s["client"] == ["203.0.113.8", 0] and s["scheme"] == "http"
+    s = scope_of(srv, headers={**others, "FORWARDED": "for=198.51.100.9;proto=https"})
+    assert s["client"] == ["198.51.100.9", 0] and s["scheme"] == "https"
+
+
 def test_untrusted_peer_headers_are_ignored(serve: Any) -> None:
     srv = serve("--forwarded-allow-ips", "10.0.0.1, 192.168.0.0/16")
     for headers in ({"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https"},

@@ -76,6 +76,24 @@ async def app(scope, receive, send):
     if path == "/bad-header":
         await send({"type": "http.response.start", "status": 200, "headers": [("x-str", "not bytes")]})
         return
+    if path == "/header-shapes":  # the iterables and pairs ASGI apps send as headers
+        shape = q.get("shape", "")
+        pairs = [(b"x-one", b"1"), (b"x-two", b"2")]
+        headers = {
+            "lists": [list(p) for p in pairs],
+            "tuple": tuple(pairs),
+            "generator": (p for p in pairs),
+            "mutated": list(pairs),
+        }[shape]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if shape == "mutated":  # after start: the head keeps what start() was given
+            headers.append((b"x-late", b"3"))
+            headers[0] = (b"x-changed", b"0")
+        await send({"type": "http.response.body", "body": shape.encode()})
+        return
+    if path == "/bad-header-pair":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-ok", b"1"), (b"a", b"b", b"c")]})
+        return
     if path == "/bad-header-value":
         return await respond(send, headers=[(b"x-bad", b"a\r\nb")])
     if path == "/body-over-length":  # the app's own Content-Length, a body longer in one message
