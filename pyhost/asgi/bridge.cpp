@@ -327,6 +327,9 @@ void bridge::forget_connections() {
     if (cs.client != nullptr) {
       drop.push_back(std::exchange(cs.client, nullptr));
     }
+    if (cs.scope_base != nullptr) {
+      drop.push_back(std::exchange(cs.scope_base, nullptr));
+    }
   }
   for (PyObject* o : drop) {
     Py_DECREF(o);

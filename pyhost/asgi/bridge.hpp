@@ -213,6 +213,13 @@ struct conn_state {
   bool peer_eof = false;                // the client stopped sending (it may be gone)
   PyObject* client = nullptr;           // (host, port) or None; strong
   std::vector<request_object*> active;  // requests in flight, strong references
+  // From the connection's second request: the scope template with its
+  // client, server and HTTP version set (strong), so a request's scope copies
+  // it and sets only what changes per request (bridge::build_scope).
+  PyObject* scope_base = nullptr;
+  std::uint32_t scope_base_of = 0;  // the bridge's template_generation_ it was made from
+  bool scope_base_v10 = false;      // its http_version is "1.0"
+  bool had_request = false;
 };
 
 /// Interned names and constant objects of one bridge (one interpreter).
@@ -490,6 +497,7 @@ class bridge final : public loop_source {
   // scope is one copy whose values are replaced, never a dict that grows.
   PyObject* full_template_ = nullptr;
   bool full_template_state_ = false;  // made with the "state" key
+  std::uint32_t template_generation_ = 0;  // counts the full_template_s made
   std::size_t handled_ = 0;
   std::size_t active_tasks_ = 0;
   bool stopped_ = false;

@@ -70,6 +70,8 @@ void bridge::on_disconnect(const runtime::inbound_message& m) {
   std::vector<request_object*> active = std::move(cs->active);
   cs->active.clear();
   PyObject* client = std::exchange(cs->client, nullptr);
+  PyObject* scope_base = std::exchange(cs->scope_base, nullptr);
+  cs->had_request = false;
   cs->generation = 0;
   set_staged(*cs, 0);
   for (request_object* r : active) {
@@ -91,6 +93,7 @@ void bridge::on_disconnect(const runtime::inbound_message& m) {
     Py_DECREF(r);
   }
   Py_XDECREF(client);
+  Py_XDECREF(scope_base);
 }
 
 void bridge::on_drained(const runtime::inbound_message& m) {

@@ -113,3 +113,27 @@ def test_a_websocket_and_a_request_of_one_route_share_nothing_mutable(server: Se
         assert ["x-added-by-the-app", "1"] not in seen["headers"]
         assert seen["path"] == "/same"
     assert first["headers"][:-1] == third["headers"][:-1]
+
+
+def test_requests_of_one_keep_alive_connection_each_get_a_fresh_scope(server: ServerProcess) -> None:
+    # From a connection's second request on, its scopes are copies of one made for the connection:
+    # what the app changed in a scope before, and the version of the request before, stay out.
+    versions = ["1.1", "1.1", "1.0", "1.1", "1.1", "1.0"]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        local = s.getsockname()
+        data = b""
+        for i, version in enumerate(versions):
+            keep = "Connection: keep-alive\r\n" if version == "1.0" else ""
+            s.sendall(f"GET /k{i} HTTP/{version}\r\nHost: k.example\r\n{keep}\r\n".encode())
+            data = recv_until(s, b"\r\n\r\n")
+            head, rest = data.split(b"\r\n\r\n", 1)
+            assert head.startswith(f"HTTP/1.1 200".encode()), head
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            while len(rest) < length:
+                rest += s.recv(65536)
+            seen = json.loads(rest[:length])
+            assert seen["http_version"] == version, (i, seen)
+            assert seen["client"] == [local[0], local[1]], (i, seen)
+            assert seen["server"] == ["127.0.0.1", server.port], (i, seen)
+            assert seen["path"] == f"/k{i}" and not seen["added_key"], (i, seen)
+            assert ["x-added-by-the-app", "1"] not in seen["headers"]

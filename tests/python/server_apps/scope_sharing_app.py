@@ -15,9 +15,16 @@ def report(scope) -> bytes:
         "headers": [[n.decode("latin-1"), v.decode("latin-1")] for n, v in scope["headers"]],
         "client": list(scope["client"]),
         "subprotocols": list(scope.get("subprotocols", [])),
+        "server": list(scope["server"]),
+        "http_version": scope["http_version"],
+        "added_key": "added-by-the-app" in scope,
     }
     scope["headers"].append((b"x-added-by-the-app", b"1"))
     scope["path"] = "/changed-by-the-app"
+    scope["client"] = ("203.0.113.1", 1)
+    scope["server"] = ("203.0.113.2", 2)
+    scope["http_version"] = "2"
+    scope["added-by-the-app"] = True
     return json.dumps(seen).encode()
 
 
