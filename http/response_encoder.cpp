@@ -78,14 +78,22 @@ void append_header(std::string& out, std::string_view name, std::string_view val
 }
 
 void append_status_line(std::string& out, unsigned status) {
-  out.append("HTTP/1.1 ");
-  const std::array<char, 3> digits{static_cast<char>('0' + status / 100),
-                                   static_cast<char>('0' + status / 10 % 10),
-                                   static_cast<char>('0' + status % 10)};
-  out.append(digits.data(), digits.size());
-  out.push_back(' ');
-  out.append(reason_phrase(status));
-  out.append(crlf);
+  // Every status line made once ("HTTP/1.1 200 OK\r\n"): one append each time.
+  static const std::array<std::string, 500> lines = [] {
+    std::array<std::string, 500> t;
+    for (unsigned code = 100; code < 600; ++code) {
+      std::string& line = t[code - 100];
+      line = "HTTP/1.1 ";
+      line += static_cast<char>('0' + code / 100);
+      line += static_cast<char>('0' + code / 10 % 10);
+      line += static_cast<char>('0' + code % 10);
+      line += ' ';
+      line += reason_phrase(code);
+      line += crlf;
+    }
+    return t;
+  }();
+  out.append(lines[status - 100]);  // callers take 100..599 only
 }
 
 enum class owned_header : std::uint8_t {
@@ -340,6 +348,9 @@ bool is_valid_header_value(std::string_view value) noexcept {
 bool header_name_equals(std::string_view name, std::string_view lower) noexcept {
   if (name.size() != lower.size()) {
     return false;
+  }
+  if (name == lower) {
+    return true;  // apps mostly send names in lower case already
   }
   for (std::size_t i = 0; i < name.size(); ++i) {
     if (to_lower(name[i]) != lower[i]) {

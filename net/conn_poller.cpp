@@ -156,6 +156,10 @@ struct socket_read_wait::op final : detail::reactor_op {
 
   bool in_queue = false;
   bool orphan = false;
+  // The reactor of `io`, looked up once: use_service finds a service by
+  // comparing type names, which cost as much as the rest of a start.
+  boost::asio::io_context* io = nullptr;
+  detail::epoll_reactor* reactor = nullptr;
   handler on_ready = nullptr;
   void* ctx = nullptr;
   std::uint64_t key = 0;
@@ -176,10 +180,13 @@ void socket_read_wait::start(boost::asio::io_context& io,
   op_->key = key;
   op_->ec_ = {};
   op_->in_queue = true;
-  auto& reactor = boost::asio::use_service<detail::epoll_reactor>(io);
+  if (op_->io != &io) {
+    op_->reactor = &boost::asio::use_service<detail::epoll_reactor>(io);
+    op_->io = &io;
+  }
   // A continuation: from inside a handler a completion joins the thread's
   // own queue (no lock, no wake-up).
-  reactor.start_op(detail::epoll_reactor::read_op, impl.socket_, impl.reactor_data_, op_, true,
+  op_->reactor->start_op(detail::epoll_reactor::read_op, impl.socket_, impl.reactor_data_, op_, true,
                    true);
 }
 
