@@ -112,6 +112,10 @@ bool http_server::send(connection_id conn, std::uint32_t request, byte_buffer&& 
   return impl_->send(conn, request, std::move(bytes), flags);
 }
 
+void http_server::set_block_sink(block_sink give, void* ctx) noexcept {
+  impl_->set_block_sink(give, ctx);
+}
+
 bool http_server::consume(connection_id conn, std::uint64_t bytes) {
   return impl_->consume(conn, bytes);
 }

@@ -37,6 +37,10 @@ namespace cadeloop::net {
 
 class http_server::impl {
  public:
+  void set_block_sink(http_server::block_sink give, void* ctx) noexcept {
+    block_sink_ = give;
+    block_ctx_ = ctx;
+  }
   impl(asio::io_context& io, event_sink& sink, server_options options, server_counters& counters)
       : io_{io},
         sink_{sink},
@@ -363,6 +367,8 @@ class http_server::impl {
   std::vector<connection_id> dirty_;
   std::vector<connection_id> dirty_swap_;
   std::vector<asio::const_buffer> iov_;
+  http_server::block_sink block_sink_ = nullptr;  // set_block_sink
+  void* block_ctx_ = nullptr;
   std::vector<std::unique_ptr<char[]>> buffer_pool_;
   std::unique_ptr<char[]> discard_;
   std::string scratch_;

@@ -317,6 +317,12 @@ void http_server::impl::write_once(connection& c) {
     const std::size_t left = c.out.front().size() - c.out_offset;
     if (n >= left) {
       n -= left;
+      if (byte_buffer& done = c.out.front(); done.pooled() && block_sink_ != nullptr) {
+        char* block = done.release();
+        if (!block_sink_(block_ctx_, block)) {
+          delete[] block;
+        }
+      }
       c.out.pop_front();
       c.out_offset = 0;
     } else {

@@ -98,6 +98,7 @@ outbound_command response_part(outbound_kind kind, net::connection_id conn, std:
   cmd.status = options.status;
   cmd.data = bytes.data();
   cmd.size = bytes.size();
+  cmd.pooled = bytes.pooled();
   return cmd;
 }
 

@@ -67,6 +67,7 @@ io_thread::io_thread(pair_channels& channels, const core_pair_options& options)
       grace_timer_{io_},
       watchdog_timer_{io_} {
   server_ = std::make_unique<net::http_server>(io_, *this, options_.server, ch_.page.io);
+  server_->set_block_sink(&block_return::give_to, &ch_.blocks);
   reactor_fd_ = server_->reactor_descriptor();
   ch_.io_host = this;
   ch_.solo_max_batch = options_.solo_max_batch;
@@ -435,7 +436,8 @@ std::size_t io_thread::drain_outbound() {
 
 void io_thread::apply(const outbound_command& cmd) {
   // Adopt every pointer first, so nothing leaks if applying throws.
-  net::byte_buffer bytes = net::byte_buffer::adopt(cmd.data, cmd.size);
+  net::byte_buffer bytes = cmd.pooled ? net::byte_buffer::adopt_pooled(cmd.data, cmd.size)
+                                      : net::byte_buffer::adopt(cmd.data, cmd.size);
   std::unique_ptr<http::request_head> head{cmd.head};
   switch (cmd.kind) {
     case outbound_kind::send:

@@ -278,7 +278,7 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
   const std::size_t body_len = f.send_body ? size : 0;
   bool wait = false;
   try {
-    net::byte_buffer out{scratch_.size() + body_len + tail.size()};
+    net::byte_buffer out = side_.take_buffer(scratch_.size() + body_len + tail.size());
     char* at = out.data();
     if (!scratch_.empty()) {
       std::memcpy(at, scratch_.data(), scratch_.size());

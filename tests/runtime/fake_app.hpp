@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -87,7 +88,11 @@ class fake_app {
     o.end_of_response = true;
     o.keep_alive = keep;
     o.status = static_cast<std::uint16_t>(status);
-    side_.send(c, seq, net::byte_buffer::copy_of(out), o);
+    net::byte_buffer bytes = side_.take_buffer(out.size());  // as the bridge does
+    if (!out.empty()) {
+      std::memcpy(bytes.data(), out.data(), out.size());
+    }
+    side_.send(c, seq, std::move(bytes), o);
   }
 
   // ------------------------------------------------------------ observations (any thread)

@@ -37,6 +37,14 @@ class byte_buffer {
     b.size_ = data == nullptr ? 0 : size;
     return b;
   }
+  /// adopt() of a block from a pool of fixed-size blocks (still a new char[]
+  /// allocation, which any owner may delete): the last writer of the bytes
+  /// may hand the block back to its pool instead (`pooled()`). Any thread.
+  [[nodiscard]] static byte_buffer adopt_pooled(char* block, std::size_t size) noexcept {
+    byte_buffer b = adopt(block, size);
+    b.pooled_ = block != nullptr;
+    return b;
+  }
   /// Takes ownership of the allocation `base` (new char[]) whose bytes are
   /// the `size` from `base + offset`: a run inside a bigger buffer (a read
   /// buffer holding a head and its body) handed on without a copy. The other
@@ -51,11 +59,13 @@ class byte_buffer {
   byte_buffer(byte_buffer&& other) noexcept
       : data_{std::move(other.data_)},
         size_{std::exchange(other.size_, 0)},
-        offset_{std::exchange(other.offset_, 0)} {}
+        offset_{std::exchange(other.offset_, 0)},
+        pooled_{std::exchange(other.pooled_, false)} {}
   byte_buffer& operator=(byte_buffer&& other) noexcept {
     data_ = std::move(other.data_);
     size_ = std::exchange(other.size_, 0);
     offset_ = std::exchange(other.offset_, 0);
+    pooled_ = std::exchange(other.pooled_, false);
     return *this;
   }
   byte_buffer(const byte_buffer&) = delete;
@@ -70,8 +80,11 @@ class byte_buffer {
   [[nodiscard]] char* release() noexcept {
     size_ = 0;
     offset_ = 0;
+    pooled_ = false;
     return data_.release();
   }
+  /// Whether the allocation is a pool's block (adopt_pooled). The owning thread.
+  [[nodiscard]] bool pooled() const noexcept { return pooled_; }
   /// Where the bytes start in the allocation: 0 but for `adopt(base, size, offset)`.
   [[nodiscard]] std::size_t offset() const noexcept { return offset_; }
 
@@ -92,6 +105,7 @@ class byte_buffer {
   std::unique_ptr<char[]> data_;
   std::size_t size_ = 0;
   std::size_t offset_ = 0;
+  bool pooled_ = false;
 };
 
 }  // namespace cadeloop::net

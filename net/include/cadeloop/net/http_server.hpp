@@ -205,6 +205,12 @@ class http_server {
   /// Returns false and drops the bytes when the connection or request is
   /// gone. I/O thread.
   bool send(connection_id conn, std::uint32_t request, byte_buffer&& bytes, send_flags flags);
+  /// Takes a pool's block (byte_buffer::adopt_pooled) whose bytes are all
+  /// written: true when kept, false when the caller is to delete it.
+  using block_sink = bool (*)(void* ctx, char* block) noexcept;
+  /// Where the writes hand back the pool blocks they finish with (nullptr:
+  /// they are deleted like any buffer). Before the first send. I/O thread.
+  void set_block_sink(block_sink give, void* ctx) noexcept;
   /// Sends `length` bytes of the open file `fd` from `offset` as the rest of
   /// the response of `request` (after the bytes sent for it before; ASGI
   /// `http.response.pathsend`): written as the socket takes them, with

@@ -135,6 +135,21 @@ class app_side {
   /// re-check after announcing a sleep). App thread.
   [[nodiscard]] bool has_inbound() const noexcept { return ch_.inbound.has_pending(); }
 
+  /// A buffer of `size` uninitialised bytes for send(): a block written out
+  /// before when it fits one (block_return), else a new allocation. Throws
+  /// std::bad_alloc. App thread.
+  [[nodiscard]] net::byte_buffer take_buffer(std::size_t size) {
+    if (size == 0 || size > block_return::block_size) {
+      return net::byte_buffer{size};
+    }
+    char* block = ch_.blocks.take();
+    if (block == nullptr) {
+      block = new char[block_return::block_size];
+    }
+    return net::byte_buffer::adopt_pooled(block, size);
+  }
+  /// Blocks written out and given back, waiting for take_buffer. Any thread.
+  [[nodiscard]] std::size_t blocks_returned() const noexcept { return ch_.blocks.size(); }
   /// Stages response bytes for `request` of `conn`. Throws std::bad_alloc
   /// before taking `bytes` (the caller keeps them then). App thread.
   void send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes,

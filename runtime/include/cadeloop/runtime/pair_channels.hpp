@@ -9,6 +9,7 @@
 #include <cadeloop/net/connection_id.hpp>
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
+#include <cadeloop/runtime/block_return.hpp>
 #include <cadeloop/runtime/parker.hpp>
 #include <cadeloop/runtime/ring.hpp>
 #include <cadeloop/runtime/stats/stats_page.hpp>
@@ -93,6 +94,7 @@ struct outbound_command {
   bool keep_alive = true;
   bool notify_drained = false;
   bool text = false;  ///< ws_send: a text message
+  bool pooled = false;  ///< send: `data` is a block of `blocks` (app_side::take_block)
   std::uint16_t status =
       0;  ///< send: the response's final status, with the send that carries its head
   /// ws_close: the close code; ws_accept: the subprotocol's length (it opens `data`).
@@ -180,6 +182,8 @@ class io_pass_host {
 struct pair_channels {
   ordered_ring<inbound_event> inbound;      ///< producer: I/O thread; consumer: app thread
   ordered_ring<outbound_command> outbound;  ///< producer: app thread; consumer: I/O thread
+  /// Response blocks written out, back to the app thread (block_return.hpp).
+  block_return blocks;
   parker io_parker;                         ///< the I/O thread sleeps on it
   parker app_parker;                        ///< the app thread sleeps on it
   /// Counters: `io`/`io_loop` written by the I/O thread, `app` by the app thread.
