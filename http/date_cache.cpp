@@ -96,4 +96,24 @@ std::string_view date_cache::value() {
   return {text_.data(), text_.size()};
 }
 
+std::string_view date_cache::closing_lines(std::string_view server, std::string_view extra) {
+  const std::string_view date = value();
+  if (lines_of_ != format_count_ || server != lines_server_ || extra != lines_extra_) {
+    lines_server_.assign(server);
+    lines_extra_.assign(extra);
+    lines_.assign("Date: ");
+    lines_.append(date);
+    lines_.append("\r\n");
+    if (!server.empty()) {
+      lines_.append("Server: ");
+      lines_.append(server);
+      lines_.append("\r\n");
+    }
+    lines_.append(extra);
+    lines_.append("\r\n");
+    lines_of_ = format_count_;
+  }
+  return lines_;
+}
+
 }  // namespace cadeloop::http

@@ -508,14 +508,18 @@ encode_status response_encoder::write_head(const response_head& head, std::strin
   } else if (context_.http_minor == 0) {
     out.append("Connection: keep-alive\r\n");
   }
-  if (options_.send_date && !app_date) {
-    append_header(out, "Date", dates_.value());
+  if (options_.send_date && !app_date && !app_server) {
+    out.append(dates_.closing_lines(options_.server, options_.extra_headers));  // the usual case
+  } else {
+    if (options_.send_date && !app_date) {
+      append_header(out, "Date", dates_.value());
+    }
+    if (!options_.server.empty() && !app_server) {
+      append_header(out, "Server", options_.server);
+    }
+    out.append(options_.extra_headers);
+    out.append(crlf);
   }
-  if (!options_.server.empty() && !app_server) {
-    append_header(out, "Server", options_.server);
-  }
-  out.append(options_.extra_headers);
-  out.append(crlf);
 
   keep_alive_ = keep;
   written_length_ = 0;

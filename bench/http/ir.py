@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import re
 import subprocess
 import sys
@@ -91,6 +92,10 @@ def main() -> int:
     p.add_argument("--load-cpu", type=int, default=1)
     p.add_argument("--tag", default="")
     args = p.parse_args()
+    # A fixed str hash seed for every server run: CPython's dict probes then
+    # collide the same way in each run, which otherwise moves a total by a
+    # few hundred instructions per request (the app's own dicts included).
+    os.environ.setdefault("PYTHONHASHSEED", "0")
     build_tools()
     baseline = args.baseline.resolve() if args.baseline else None
     rows = []
@@ -114,7 +119,8 @@ def main() -> int:
         lines = [f"# User-space instructions per request (callgrind), {date}", "",
                  f"- command: `python bench/http/ir.py {' '.join(sys.argv[1:])}`", f"- machine: {machine()}",
                  "- (totals of a run of 2N requests minus one of N) / N, fresh server each run, "
-                 "at most 16 connections (valgrind serialises threads)", "",
+                 "at most 16 connections (valgrind serialises threads), "
+                 f"PYTHONHASHSEED={os.environ['PYTHONHASHSEED']}", "",
                  "| workload | server | instructions/request |", "|---|---|---:|"]
         lines += [f"| {r['workload']} | {r['server']} | {r['ir_per_request']:.0f} |" for r in rows]
         stem.with_suffix(".md").write_text("\n".join(lines) + "\n")

@@ -55,6 +55,29 @@ TEST(DateCache, ReformatsAtMostOncePerSecond) {
   EXPECT_EQ(cache.format_count(), 3U);
 }
 
+TEST(DateCache, ClosingLinesFollowTheSecondTheServerAndTheExtraLines) {
+  std::int64_t now = 784111777;
+  date_cache cache{[&] { return now; }};
+  EXPECT_EQ(cache.closing_lines("cadeloop", ""),
+            "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: cadeloop\r\n\r\n");
+  EXPECT_EQ(cache.closing_lines("cadeloop", ""),
+            "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: cadeloop\r\n\r\n");
+  now += 1;
+  EXPECT_EQ(cache.closing_lines("cadeloop", ""),
+            "Date: Sun, 06 Nov 1994 08:49:38 GMT\r\nServer: cadeloop\r\n\r\n");
+  EXPECT_EQ(cache.closing_lines("", "X-A: 1\r\n"),
+            "Date: Sun, 06 Nov 1994 08:49:38 GMT\r\nX-A: 1\r\n\r\n");  // no Server line
+  EXPECT_EQ(cache.closing_lines("other", "X-A: 1\r\n"),
+            "Date: Sun, 06 Nov 1994 08:49:38 GMT\r\nServer: other\r\nX-A: 1\r\n\r\n");
+  std::string extra = "X-B: 2\r\n";
+  EXPECT_EQ(cache.closing_lines("other", extra),
+            "Date: Sun, 06 Nov 1994 08:49:38 GMT\r\nServer: other\r\nX-B: 2\r\n\r\n");
+  extra[5] = '3';  // the same storage with other bytes: compared by content
+  EXPECT_EQ(cache.closing_lines("other", extra),
+            "Date: Sun, 06 Nov 1994 08:49:38 GMT\r\nServer: other\r\nX-B: 3\r\n\r\n");
+  EXPECT_EQ(cache.format_count(), 2U);
+}
+
 TEST(DateCache, SystemSecondsFollowTheSystemClock) {
   using namespace std::chrono;
   const auto reference = duration_cast<seconds>(system_clock::now().time_since_epoch()).count();

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 
 namespace cadeloop::http {
@@ -38,6 +39,13 @@ class date_cache {
   /// next call to `value()` or the cache's destruction. Owner thread.
   std::string_view value();
 
+  /// The last lines of a response head: "Date: <value()>\r\n", then
+  /// "Server: <server>\r\n" unless `server` is empty, then `extra` (whole
+  /// header lines), then the empty line's CRLF. Made again only when the
+  /// second, `server` or `extra` changes. The view stays valid until the
+  /// next call to `value()` or `closing_lines()`. Owner thread.
+  std::string_view closing_lines(std::string_view server, std::string_view extra);
+
   /// How many times the value has been formatted (for tests and stats). Owner thread.
   [[nodiscard]] std::uint64_t format_count() const noexcept { return format_count_; }
 
@@ -50,6 +58,10 @@ class date_cache {
   bool valid_ = false;
   std::uint64_t format_count_ = 0;
   std::array<char, imf_fixdate_size> text_{};
+  std::string lines_;           // closing_lines() as last made
+  std::string lines_server_;    // ... for this server
+  std::string lines_extra_;     // ... and these extra lines
+  std::uint64_t lines_of_ = 0;  // ... and this format_count_ (0: none made)
 };
 
 }  // namespace cadeloop::http
