@@ -42,7 +42,11 @@ def total_ir(key: str, w, n: int, args: argparse.Namespace, baseline: Path | Non
     out = keep or Path(f"/tmp/ir-callgrind-{key}-{n}.out")
     out.unlink(missing_ok=True)
     argv = [server.python, *server.argv] if server.python != server.argv[0] else server.argv
-    server.argv = ["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={out}", *argv]
+    # A baseline checkout's launcher may re-execute Python (to put its own build first on the path of every
+    # interpreter): valgrind follows that exec for it; the profile is the re-executed process's.
+    trace = "yes" if key == "cadeloop-base" else "no"
+    server.argv = ["valgrind", "--tool=callgrind", f"--trace-children={trace}", f"--callgrind-out-file={out}",
+                   *argv]
     proc, error = start_server(server, args.port, argparse.Namespace(server_cpu=args.server_cpu), timeout=600)
     if error:
         raise RuntimeError(f"{key}: {error}")
