@@ -1,6 +1,6 @@
 #pragma once
 // The way back of a core pair's small response buffers. The app thread
-// writes a response into a block of block_size bytes (app_side::take_block);
+// writes a response into a block of block_size bytes (app_side::take_buffer);
 // the block travels to the I/O thread like any response buffer, and once its
 // bytes are written the I/O thread gives the block back here for the app
 // thread to take again. Without it every response is a malloc on one thread

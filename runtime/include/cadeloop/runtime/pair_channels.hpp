@@ -94,7 +94,7 @@ struct outbound_command {
   bool keep_alive = true;
   bool notify_drained = false;
   bool text = false;  ///< ws_send: a text message
-  bool pooled = false;  ///< send: `data` is a block of `blocks` (app_side::take_block)
+  bool pooled = false;  ///< send: `data` is a block of `blocks` (app_side::take_buffer)
   std::uint16_t status =
       0;  ///< send: the response's final status, with the send that carries its head
   /// ws_close: the close code; ws_accept: the subprotocol's length (it opens `data`).
