@@ -8,6 +8,7 @@
 
 #include <array>
 #include <charconv>
+#include <cstring>
 
 namespace cadeloop::http {
 
@@ -148,7 +149,73 @@ encode_status append_trailers(std::span<const header_field> trailers, std::strin
   return {};
 }
 
+// What write_head needs of one app header field, found by checking it.
+struct field_facts {
+  owned_header kind = owned_header::none;
+  std::uint64_t length = 0;  // content-length
+  bool close = false;        // connection: close
+  std::string_view value{};  // trimmed
+};
+
+encode_status examine_field(const header_field& f, field_facts& out) noexcept {
+  if (!is_valid_header_name(f.name)) {
+    return {encode_errc::bad_header_name, f.name};
+  }
+  out.value = trim_ows(f.value);
+  if (!is_valid_header_value(out.value)) {
+    return {encode_errc::bad_header_value, f.name};
+  }
+  out.kind = classify(f.name);
+  if (out.kind == owned_header::content_length && !parse_content_length(out.value, out.length)) {
+    return {encode_errc::bad_content_length, f.name};
+  }
+  if (out.kind == owned_header::connection) {
+    out.close = header_has_token(out.value, "close");
+  }
+  return {};
+}
+
+// Whether the encoder writes a field of this kind as it came (else it
+// drops it or writes its own: the framing and connection headers).
+constexpr bool written_as_is(owned_header k) noexcept {
+  return k == owned_header::none || k == owned_header::date || k == owned_header::server;
+}
+
 }  // namespace
+
+// ---------------------------------------------------------- header_line_cache
+
+std::size_t header_line_cache::index_of(const header_field& f) noexcept {
+  // Lengths and a few bytes (the name is never empty here): enough to tell
+  // a response's fields apart, cheaper than hashing every byte, and a
+  // collision only costs the check.
+  std::size_t h = f.name.size() * 37 + f.value.size();
+  h = h * 31 + static_cast<unsigned char>(f.name.back());
+  if (!f.value.empty()) {
+    h = h * 31 + static_cast<unsigned char>(f.value[f.value.size() / 2]);
+    h = h * 31 + static_cast<unsigned char>(f.value.back());
+  }
+  return (h ^ (h >> 6)) & (slots - 1);
+}
+
+const header_line_cache::entry* header_line_cache::find(const header_field& f) const noexcept {
+  if (f.name.empty() || f.name.size() + f.value.size() > max_field) {
+    return nullptr;  // an empty name is never kept (it is refused)
+  }
+  const entry& e = table_[index_of(f)];
+  if (e.name_len != f.name.size() || e.value_len != f.value.size() ||
+      std::memcmp(e.key.data(), f.name.data(), f.name.size()) != 0 ||
+      (!f.value.empty() &&
+       std::memcmp(e.key.data() + f.name.size(), f.value.data(), f.value.size()) != 0)) {
+    return nullptr;
+  }
+  return &e;
+}
+
+header_line_cache::entry* header_line_cache::slot_for(const header_field& f) noexcept {
+  return f.name.empty() || f.name.size() + f.value.size() > max_field ? nullptr
+                                                                      : &table_[index_of(f)];
+}
 
 std::string encode_status::message() const {
   std::string what;
@@ -417,46 +484,64 @@ encode_status response_encoder::write_head(const response_head& head, std::strin
   bool app_close = false;
   bool app_date = false;
   bool app_server = false;
+  header_line_cache* const cache = options_.lines;
   for (const header_field& f : head.headers) {
-    if (!is_valid_header_name(f.name)) {
+    // A field seen before comes from the cache as it was checked then; a
+    // new one is checked, written and (when it passed) kept.
+    const header_line_cache::entry* const seen = cache != nullptr ? cache->find(f) : nullptr;
+    field_facts facts;
+    if (seen != nullptr) {
+      facts.kind = static_cast<owned_header>(seen->kind);
+      facts.length = seen->length;
+      facts.close = seen->close;
+    } else if (const encode_status st = examine_field(f, facts); !st.ok()) {
       out.resize(mark);
-      return {encode_errc::bad_header_name, f.name};
+      return st;
     }
-    const std::string_view value = trim_ows(f.value);
-    if (!is_valid_header_value(value)) {
-      out.resize(mark);
-      return {encode_errc::bad_header_value, f.name};
-    }
-    switch (classify(f.name)) {
-      case owned_header::content_length: {
-        std::uint64_t n = 0;
-        if (!parse_content_length(value, n)) {
-          out.resize(mark);
-          return {encode_errc::bad_content_length, f.name};
-        }
-        if (have_length && n != app_length) {
+    switch (facts.kind) {
+      case owned_header::content_length:
+        if (have_length && facts.length != app_length) {
           out.resize(mark);
           return {encode_errc::conflicting_content_length, f.name};
         }
         have_length = true;
-        app_length = n;
-        continue;
-      }
-      case owned_header::transfer_encoding:
-        continue;
+        app_length = facts.length;
+        break;
       case owned_header::connection:
-        app_close = app_close || header_has_token(value, "close");
-        continue;
+        app_close = app_close || facts.close;
+        break;
       case owned_header::date:
         app_date = true;
         break;
       case owned_header::server:
         app_server = true;
         break;
+      case owned_header::transfer_encoding:
       case owned_header::none:
         break;
     }
-    append_header(out, f.name, value);
+    if (seen != nullptr) {
+      out.append(seen->line.data(), seen->line_len);
+      continue;
+    }
+    const std::size_t line_at = out.size();
+    if (written_as_is(facts.kind)) {
+      append_header(out, f.name, facts.value);
+    }
+    if (header_line_cache::entry* e = cache != nullptr ? cache->slot_for(f) : nullptr) {
+      const std::string_view line = std::string_view(out).substr(line_at);
+      e->name_len = static_cast<std::uint8_t>(f.name.size());
+      e->value_len = static_cast<std::uint8_t>(f.value.size());
+      std::memcpy(e->key.data(), f.name.data(), f.name.size());
+      if (!f.value.empty()) {
+        std::memcpy(e->key.data() + f.name.size(), f.value.data(), f.value.size());
+      }
+      e->kind = static_cast<std::uint8_t>(facts.kind);
+      e->close = facts.close;
+      e->length = facts.length;
+      e->line_len = static_cast<std::uint8_t>(line.size());  // name + ": " + value + CRLF fits
+      std::memcpy(e->line.data(), line.data(), line.size());
+    }
   }
 
   if (interim) {

@@ -490,6 +490,8 @@ class bridge final : public loop_source {
   std::vector<deferred_start> deferred_swap_;
   request_object live_{};  // sentinel of the live list
   http::date_cache dates_;
+  // App header fields checked once, for every HTTP response this thread encodes.
+  http::header_line_cache header_lines_;
   std::string scratch_;
   std::string path_scratch_;
   std::vector<http::header_field> fields_scratch_;  // encode_head's view of the app's headers

@@ -117,7 +117,7 @@ void bridge::on_request(runtime::inbound_message& m) {
     } else {
       make_encoder(r, dates_,
                    http::encoder_options{options_.server_header, options_.date_header,
-                                         options_.extra_headers});
+                                         options_.extra_headers, &header_lines_});
     }
     cs.active.push_back(r);  // the connection's reference
   } catch (const std::bad_alloc&) {

@@ -602,6 +602,121 @@ TEST(ErrorResponse, NonErrorStatusBecomes500AndBadExtraIsRefused) {
   EXPECT_EQ(out, "");
 }
 
+// An encoder sharing a header_line_cache writes what one without it writes,
+// byte for byte, refusal for refusal, however often a field comes back:
+// the same heads again and again (the later ones from the cache), with
+// fields that are valid, invalid, owned by the encoder, too long to keep,
+// and far more distinct ones than the table has slots (so they collide).
+TEST(HeaderLineCache, CachedEncoderWritesWhatAPlainOneWrites) {
+  struct head_case {
+    unsigned status;
+    std::vector<header_field> headers;
+    std::optional<std::uint64_t> body_size;
+    request_context ctx;
+  };
+  const std::string long_value(300, 'v');
+  std::vector<std::string> many;  // distinct fields: x-0: 0 ... x-299: 299
+  for (int i = 0; i < 300; ++i) {
+    many.push_back(std::to_string(i));
+  }
+  std::vector<std::string> many_names;
+  for (int i = 0; i < 300; ++i) {
+    many_names.push_back("x-" + std::to_string(i));
+  }
+  request_context v10;
+  v10.http_minor = 0;
+  v10.client_keep_alive = false;
+  request_context head_req;
+  head_req.is_head = true;
+  std::vector<head_case> cases = {
+      {200, {{"content-type", "text/plain"}, {"content-length", "13"}}, 13, {}},
+      {200, {{"Content-Type", "text/plain"}, {"CONTENT-LENGTH", " 13 "}}, 13, {}},
+      {200, {{"content-type", "application/json"}, {"content-length", "28"}}, 28, {}},
+      {200, {{"x-a", "a\tb \xff"}, {"x-b", " \t padded \t"}, {"x-e", ""}}, 0, {}},
+      {200, {{"content-length", "3"}, {"Content-Length", " 3"}}, std::nullopt, {}},
+      {200, {{"content-length", "3"}, {"Content-Length", "4"}}, std::nullopt, {}},
+      {200, {{"content-length", "3"}, {"content-length", "4"}}, std::nullopt, {}},
+      {200, {{"content-length", "-1"}}, std::nullopt, {}},
+      {200, {{"content-length", "18446744073709551616"}}, std::nullopt, {}},
+      {200, {{"connection", "close"}, {"x-a", "1"}}, 0, {}},
+      {200, {{"Connection", "keep-alive, Close"}}, 0, {}},
+      {200, {{"connection", "keep-alive"}}, 0, {}},
+      {200, {{"transfer-encoding", "chunked"}}, std::nullopt, {}},
+      {200, {{"date", "Mon, 01 Jan 2001 00:00:00 GMT"}}, 0, {}},
+      {200, {{"Server", "mine"}}, 0, {}},
+      {200, {{"date", "x"}, {"server", "y"}}, 0, {}},
+      {103, {{"link", "</a.css>; rel=preload"}}, std::nullopt, {}},
+      {200, {{"content-type", "text/plain"}}, std::nullopt, v10},
+      {200, {{"content-type", "text/plain"}, {"content-length", "13"}}, 13, head_req},
+      {204, {{"content-length", "0"}, {"x-a", "1"}}, std::nullopt, {}},
+      {304, {{"content-length", "13"}, {"etag", "\"abc\""}}, std::nullopt, {}},
+      {200, {{"x-long", long_value}, {"content-length", "1"}}, 1, {}},
+      {200, {{"bad name", "v"}}, 0, {}},
+      {200, {{"x-ok", "1"}, {"x:y", "v"}}, 0, {}},
+      {200, {{"x-id", "a\r\nx-evil: 1"}}, 0, {}},
+      {200, {{"x-id", std::string_view{"a\0b", 3}}}, 0, {}},
+      {200, {{"x-id", "a\x7f"}}, 0, {}},
+  };
+  head_case all_many{200, {}, 0, {}};
+  for (std::size_t i = 0; i < 300; ++i) {
+    all_many.headers.push_back({many_names[i], many[i]});
+    cases.push_back({200, {{many_names[i], many[i]}, {"content-type", "text/plain"}}, 0, {}});
+  }
+  cases.push_back(all_many);
+
+  date_cache dates{[] { return std::int64_t{784111777}; }};
+  header_line_cache cache;
+  encoder_options cached_options;
+  cached_options.lines = &cache;
+  // Each case twice in a row (the second from the cache), and the whole
+  // list three times (whatever the collisions left of the first round).
+  for (int round = 0; round < 6; ++round) {
+    for (std::size_t i = 0; i < cases.size() * 2; ++i) {
+      const head_case& c = cases[i / 2];
+      response_encoder plain{dates};
+      response_encoder cached{dates, cached_options};
+      plain.start(c.ctx);
+      cached.start(c.ctx);
+      std::string plain_out = "before|";
+      std::string cached_out = "before|";
+      const encode_status a =
+          plain.write_head({c.status, c.headers, c.body_size, false}, plain_out);
+      const encode_status b =
+          cached.write_head({c.status, c.headers, c.body_size, false}, cached_out);
+      ASSERT_EQ(a.code, b.code) << "round " << round << ", case " << i;
+      ASSERT_EQ(a.header, b.header) << "round " << round << ", case " << i;
+      ASSERT_EQ(plain_out, cached_out) << "round " << round << ", case " << i;
+      ASSERT_EQ(plain.framing(), cached.framing()) << "round " << round << ", case " << i;
+      ASSERT_EQ(plain.keep_alive(), cached.keep_alive()) << "round " << round << ", case " << i;
+    }
+  }
+}
+
+TEST(HeaderLineCache, KeepsOnlyFieldsThatPassedAndShortEnough) {
+  date_cache dates{[] { return std::int64_t{784111777}; }};
+  header_line_cache cache;
+  encoder_options options;
+  options.lines = &cache;
+  const header_field good{"content-type", "text/plain"};
+  const header_field bad{"x-id", "a\nb"};
+  const std::string long_value(header_line_cache::max_field, 'v');
+  const header_field too_long{"x-long", long_value};
+  EXPECT_EQ(cache.find(good), nullptr);
+  for (const header_field& f : {good, bad, too_long}) {
+    response_encoder enc{dates, options};
+    enc.start({});
+    std::string out;
+    (void)enc.write_head({200, {&f, 1}, 0, false}, out);
+  }
+  const header_line_cache::entry* e = cache.find(good);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(std::string_view(e->line.data(), e->line_len), "content-type: text/plain\r\n");
+  EXPECT_EQ(cache.find(bad), nullptr);
+  EXPECT_EQ(cache.find(too_long), nullptr);
+  // Another field of the same bytes but another case is another entry.
+  EXPECT_EQ(cache.find({"Content-Type", "text/plain"}), nullptr);
+}
+
 TEST(HeaderHelpers, TokenListMatching) {
   EXPECT_TRUE(header_has_token("keep-alive, Upgrade", "upgrade"));
   EXPECT_TRUE(header_has_token(" close ", "close"));

@@ -197,6 +197,25 @@ def test_headers_in_any_iterable_of_pairs_and_as_they_were_at_start(client: http
     assert "x-late" not in r.headers and "x-changed" not in r.headers
 
 
+def test_header_lines_that_come_back_are_checked_as_the_first_time(server: ServerProcess) -> None:
+    # The same header bytes in response after response (each response's own
+    # list and tuples): every head says what its app sent, and a bad one is
+    # refused every time, however often a good one came before it.
+    with httpx.Client(base_url=server.url, timeout=10) as c:
+        for _ in range(5):
+            for variant in ("a", "b", "bad", "a", "length", "close", "b"):
+                r = c.get("/repeat-headers", params={"variant": variant})
+                if variant in ("bad", "length"):
+                    assert r.status_code == 500, (variant, r.status_code)
+                    continue
+                assert r.status_code == 200 and r.text == f"variant {variant}"
+                assert r.headers["x-variant"] == variant
+                assert r.headers["content-type"] == "text/plain"
+                assert r.headers["content-length"] == str(len(r.text))
+                assert "x-bad" not in r.headers
+                assert (r.headers.get("connection") == "close") == (variant == "close")
+
+
 def test_send_after_complete_raises_oserror(client: httpx.Client) -> None:
     assert client.get("/after-complete").text == "done"
     assert wait_event(client, "after-complete") == "after-complete: OSError"

@@ -91,6 +91,20 @@ async def app(scope, receive, send):
             headers[0] = (b"x-changed", b"0")
         await send({"type": "http.response.body", "body": shape.encode()})
         return
+    if path == "/repeat-headers":  # header lines that come back request after request
+        variant = q.get("variant", "")
+        body = f"variant {variant}".encode()
+        headers = [(b"content-type", b"text/plain"), (b"x-variant", variant.encode()),
+                   (b"content-length", str(len(body)).encode())]
+        if variant == "close":
+            headers.append((b"connection", b"close"))
+        elif variant == "bad":
+            headers.append((b"x-bad", b"a\r\nb"))
+        elif variant == "length":  # a Content-Length that disagrees with an earlier one
+            headers.append((b"Content-Length", b"3"))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
     if path == "/bad-header-pair":
         await send({"type": "http.response.start", "status": 200, "headers": [(b"x-ok", b"1"), (b"a", b"b", b"c")]})
         return

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -67,6 +68,43 @@ struct request_context {
   bool server_closing = false;  ///< the server closes after this response anyway (draining, limits)
 };
 
+/// App header fields as checked and formatted once: an app that sends the
+/// same headers with every response ("content-type: text/plain") has each
+/// one validated, classified and formatted the first time, and the encoders
+/// that share this table look it up by its bytes afterwards. What an entry
+/// holds depends on the field's bytes alone, and only fields that passed
+/// validation are kept, so a hit writes exactly what validation would have.
+/// A direct-mapped table of `slots` entries of at most `max_field` bytes of
+/// name and value; a field that collides replaces the entry. Owned and used
+/// by one thread, like the encoders using it (about 16 KiB).
+class header_line_cache {
+ public:
+  static constexpr std::size_t slots = 64;       ///< entries (a power of two)
+  static constexpr std::size_t max_field = 120;  ///< name + value bytes of a field it keeps
+
+  /// One kept field: its bytes as the app sent them, what the encoder must
+  /// know of it, and its line. Plain data.
+  struct entry {
+    std::uint8_t name_len = 0;  ///< 0: the slot is empty (a valid name is never empty)
+    std::uint8_t value_len = 0;
+    std::uint8_t kind = 0;      ///< which header the encoder owns, if any (response_encoder.cpp)
+    bool close = false;         ///< `connection` with a `close` token
+    std::uint8_t line_len = 0;  ///< 0 for a field the encoder does not write as it came
+    std::uint64_t length = 0;   ///< a `content-length` field's value
+    std::array<char, max_field> key{};       ///< name, then value
+    std::array<char, max_field + 4> line{};  ///< "name: value\r\n", value trimmed
+  };
+
+  /// The entry for `f`, or null when it is not kept. Owner thread.
+  [[nodiscard]] const entry* find(const header_field& f) const noexcept;
+  /// The slot `f` goes to when kept, or null when it is too long to keep. Owner thread.
+  [[nodiscard]] entry* slot_for(const header_field& f) noexcept;
+
+ private:
+  [[nodiscard]] static std::size_t index_of(const header_field& f) noexcept;
+  std::array<entry, slots> table_{};
+};
+
 /// Process-wide choices for every response. Plain data; the views must
 /// outlive the encoders using them (string literals or configuration storage).
 struct encoder_options {
@@ -75,6 +113,10 @@ struct encoder_options {
   /// Header lines added to every response head the encoder writes for an app,
   /// already formatted ("X-Frame-Options: DENY\r\n..."; the `headers` setting).
   std::string_view extra_headers{};
+  /// Where app header fields checked once are kept (see header_line_cache),
+  /// or null to check each one every time. It must outlive the encoders and
+  /// be used by their thread only.
+  header_line_cache* lines = nullptr;
 };
 
 /// The response head an app asked for. The views must stay valid for the call only.
