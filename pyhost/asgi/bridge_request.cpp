@@ -533,37 +533,6 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
     return nullptr;
   }
   PyObject* const version = head.version_minor() == 0 ? n_.v10 : n_.v11;
-  // A keep-alive connection's later requests copy its own base, which has
-  // the keys that stay for the connection: three dict stores fewer each.
-  if (cs.scope_base != nullptr && cs.scope_base_of != template_generation_) {
-    Py_CLEAR(cs.scope_base);
-  }
-  if (cs.scope_base == nullptr && cs.had_request) {
-    PyObject* b = PyDict_Copy(full_template_);
-    if (b == nullptr || PyDict_SetItem(b, n_.http_version, version) != 0 ||
-        PyDict_SetItem(b, n_.client, cs.client) != 0 ||
-        PyDict_SetItem(b, n_.server, last_server_) != 0) {
-      Py_XDECREF(b);
-      return nullptr;
-    }
-    cs.scope_base = b;
-    cs.scope_base_of = template_generation_;
-    cs.scope_base_v10 = version == n_.v10;
-  }
-  cs.had_request = true;
-  const bool from_base = cs.scope_base != nullptr;
-  PyObject* scope = PyDict_Copy(from_base ? cs.scope_base : full_template_);
-  if (scope == nullptr) {
-    return nullptr;
-  }
-  auto put = [&](PyObject* key, PyObject* value) {  // steals value
-    if (value == nullptr) {
-      return false;
-    }
-    const int rc = PyDict_SetItem(scope, key, value);
-    Py_DECREF(value);
-    return rc == 0;
-  };
   const auto mi = static_cast<std::size_t>(head.method());
   PyObject* method =
       mi < n_.methods.size()
@@ -592,17 +561,90 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
       }
     }
   }
-  const std::string_view query = head.query();
-  const bool ok =
-      ((from_base && cs.scope_base_v10 == (version == n_.v10)) ||
-       put(n_.http_version, Py_NewRef(version))) &&
-      put(n_.method, method) && put(n_.path, path) && put(n_.raw_path, raw_path) &&
-      put(n_.query_string,
-          PyBytes_FromStringAndSize(query.data(), static_cast<Py_ssize_t>(query.size()))) &&
-      put(n_.headers, build_headers(head)) &&
-      (from_base ||
-       (put(n_.client, Py_NewRef(cs.client)) && put(n_.server, Py_NewRef(last_server_)))) &&
-      (state_ == nullptr || put(n_.state, PyDict_Copy(state_)));
+  const std::string_view query_text = head.query();
+  PyObject* query =  // b"" is CPython's one empty bytes object
+      PyBytes_FromStringAndSize(query_text.data(), static_cast<Py_ssize_t>(query_text.size()));
+  auto drop_parts = [&] {
+    Py_XDECREF(method);
+    Py_XDECREF(path);
+    Py_XDECREF(raw_path);
+    Py_XDECREF(query);
+  };
+  if (method == nullptr || path == nullptr || raw_path == nullptr || query == nullptr) {
+    drop_parts();
+    return nullptr;
+  }
+  // A keep-alive connection's later requests copy its own base, which has
+  // the keys that stay for the connection (and its second request's target):
+  // up to seven dict stores fewer each.
+  if (cs.scope_base != nullptr && cs.scope_base_of != template_generation_) {
+    Py_CLEAR(cs.scope_base);
+  }
+  if (cs.scope_base == nullptr && cs.had_request) {
+    PyObject* b = PyDict_Copy(full_template_);
+    if (b == nullptr || PyDict_SetItem(b, n_.http_version, version) != 0 ||
+        PyDict_SetItem(b, n_.client, cs.client) != 0 ||
+        PyDict_SetItem(b, n_.server, last_server_) != 0 ||
+        PyDict_SetItem(b, n_.method, method) != 0 || PyDict_SetItem(b, n_.path, path) != 0 ||
+        PyDict_SetItem(b, n_.raw_path, raw_path) != 0 ||
+        PyDict_SetItem(b, n_.query_string, query) != 0) {
+      Py_XDECREF(b);
+      drop_parts();
+      return nullptr;
+    }
+    cs.scope_base = b;
+    cs.scope_base_of = template_generation_;
+    cs.scope_base_v10 = version == n_.v10;
+    cs.base_method = method;
+    cs.base_path = path;
+    cs.base_raw_path = raw_path;
+    cs.base_query = query;
+  }
+  cs.had_request = true;
+  const bool from_base = cs.scope_base != nullptr;
+  PyObject* scope = PyDict_Copy(from_base ? cs.scope_base : full_template_);
+  if (scope == nullptr) {
+    drop_parts();
+    return nullptr;
+  }
+  auto put = [&](PyObject* key, PyObject* value) {  // steals value
+    if (value == nullptr) {
+      return false;
+    }
+    const int rc = PyDict_SetItem(scope, key, value);
+    Py_DECREF(value);
+    return rc == 0;
+  };
+  // Steals value; the copy of the base already holds this very object.
+  auto put_new = [&](PyObject* key, PyObject* value, PyObject* in_base) {
+    if (from_base && value == in_base) {
+      Py_DECREF(value);
+      return true;
+    }
+    return put(key, value);
+  };
+  const bool same_target = from_base && path == cs.base_path && raw_path == cs.base_raw_path;
+  if (same_target) {
+    Py_CLEAR(path);
+    Py_CLEAR(raw_path);
+  }
+  const bool ok = ((from_base && cs.scope_base_v10 == (version == n_.v10)) ||
+                   put(n_.http_version, Py_NewRef(version))) &&
+                  put_new(n_.method, std::exchange(method, nullptr), cs.base_method) &&
+                  (same_target || (put(n_.path, std::exchange(path, nullptr)) &&
+                                   put(n_.raw_path, std::exchange(raw_path, nullptr)))) &&
+                  put_new(n_.query_string, std::exchange(query, nullptr), cs.base_query) &&
+                  put(n_.headers, build_headers(head)) &&
+                  (from_base || (put(n_.client, Py_NewRef(cs.client)) &&
+                                 put(n_.server, Py_NewRef(last_server_)))) &&
+                  (state_ == nullptr || put(n_.state, PyDict_Copy(state_)));
+  if (!ok) {
+    // What a failed store left unstolen (the stores steal in order).
+    Py_XDECREF(path);
+    Py_XDECREF(raw_path);
+    Py_XDECREF(method);
+    Py_XDECREF(query);
+  }
   // Over TLS: scheme https and the TLS extension. A WebSocket scope gets its
   // extensions in websocket_scope (the template's None stays until then).
   const bool tls_ext = m.info.tls && m.info.tls_info;

@@ -1,8 +1,8 @@
 """Reports the scope it got, after mutating it the way middleware may, for test_scope_sharing.py.
 
-Every request and WebSocket answers with its own scope's path, raw_path, headers and client as
-JSON, after appending a header to scope["headers"] and rebinding scope["path"]: the next
-connection must see none of that.
+Every request and WebSocket answers with its own scope's method, path, raw_path, query_string,
+headers and client as JSON, after appending a header to scope["headers"] and rebinding those
+keys: the next request and the next connection must see none of that.
 """
 
 import json
@@ -18,12 +18,17 @@ def report(scope) -> bytes:
         "server": list(scope["server"]),
         "http_version": scope["http_version"],
         "added_key": "added-by-the-app" in scope,
+        "method": scope.get("method"),
+        "query_string": scope.get("query_string", b"").decode("latin-1"),
     }
     scope["headers"].append((b"x-added-by-the-app", b"1"))
     scope["path"] = "/changed-by-the-app"
     scope["client"] = ("203.0.113.1", 1)
     scope["server"] = ("203.0.113.2", 2)
     scope["http_version"] = "2"
+    scope["method"] = "MUTATED"
+    scope["raw_path"] = b"/changed-by-the-app"
+    scope["query_string"] = b"changed=by-the-app"
     scope["added-by-the-app"] = True
     return json.dumps(seen).encode()
 
