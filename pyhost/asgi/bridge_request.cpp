@@ -615,7 +615,8 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
     Py_DECREF(value);
     return rc == 0;
   };
-  // Steals value; the copy of the base already holds this very object.
+  // Steals value. Leaves the key as copied when the base holds this very
+  // object (method, path, raw_path, query_string of a target asked again).
   auto put_new = [&](PyObject* key, PyObject* value, PyObject* in_base) {
     if (from_base && value == in_base) {
       Py_DECREF(value);
@@ -623,16 +624,11 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
     }
     return put(key, value);
   };
-  const bool same_target = from_base && path == cs.base_path && raw_path == cs.base_raw_path;
-  if (same_target) {
-    Py_CLEAR(path);
-    Py_CLEAR(raw_path);
-  }
   const bool ok = ((from_base && cs.scope_base_v10 == (version == n_.v10)) ||
                    put(n_.http_version, Py_NewRef(version))) &&
                   put_new(n_.method, std::exchange(method, nullptr), cs.base_method) &&
-                  (same_target || (put(n_.path, std::exchange(path, nullptr)) &&
-                                   put(n_.raw_path, std::exchange(raw_path, nullptr)))) &&
+                  put_new(n_.path, std::exchange(path, nullptr), cs.base_path) &&
+                  put_new(n_.raw_path, std::exchange(raw_path, nullptr), cs.base_raw_path) &&
                   put_new(n_.query_string, std::exchange(query, nullptr), cs.base_query) &&
                   put(n_.headers, build_headers(head)) &&
                   (from_base || (put(n_.client, Py_NewRef(cs.client)) &&
