@@ -220,10 +220,10 @@ struct conn_state {
   std::uint32_t scope_base_of = 0;  // the bridge's template_generation_ it was made from
   bool scope_base_v10 = false;      // its http_version is "1.0"
   // The base also holds the method, path, raw_path and query_string of the
-  // request it was made at; a later request whose objects are these very
-  // ones (a client asking for the same target again: the bridge shares the
-  // last target's str and bytes) leaves them as copied. Borrowed from the
-  // base, and read only while it is set (made together with it).
+  // request it was made at; a later request on the connection with the same
+  // target or query bytes takes these objects (build_scope compares the
+  // bytes first) and so leaves those keys as copied. Borrowed from the base,
+  // and read only while it is set (made together with it).
   PyObject* base_method = nullptr;
   PyObject* base_path = nullptr;
   PyObject* base_raw_path = nullptr;

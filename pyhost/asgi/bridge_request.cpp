@@ -542,10 +542,21 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
   // path: percent-decoded, then UTF-8 (invalid sequences replaced). The
   // last target's str and bytes are reused when the next one is the same
   // (many clients of one route: both are immutable, so they can be shared).
+  //
+  // A target (or query) the connection's scope base holds is taken from it
+  // first: then the key is left as copied below, even when other
+  // connections' targets came in between and the last target is another.
+  if (cs.scope_base != nullptr && cs.scope_base_of != template_generation_) {
+    Py_CLEAR(cs.scope_base);  // made from the old template; base_* dangle
+  }
+  const bool have_base = cs.scope_base != nullptr;
   const std::string_view raw = head.path();
   PyObject* path = nullptr;
   PyObject* raw_path = nullptr;
-  if (last_path_ != nullptr && raw == last_raw_text_) {
+  if (have_base && bytes_of(cs.base_raw_path) == raw) {
+    path = Py_NewRef(cs.base_path);  // decoded from these very bytes
+    raw_path = Py_NewRef(cs.base_raw_path);
+  } else if (last_path_ != nullptr && raw == last_raw_text_) {
     path = Py_NewRef(last_path_);
     raw_path = Py_NewRef(last_raw_path_);
   } else {
@@ -563,7 +574,10 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
   }
   const std::string_view query_text = head.query();
   PyObject* query =  // b"" is CPython's one empty bytes object
-      PyBytes_FromStringAndSize(query_text.data(), static_cast<Py_ssize_t>(query_text.size()));
+      have_base && bytes_of(cs.base_query) == query_text
+          ? Py_NewRef(cs.base_query)
+          : PyBytes_FromStringAndSize(query_text.data(),
+                                      static_cast<Py_ssize_t>(query_text.size()));
   auto drop_parts = [&] {
     Py_XDECREF(method);
     Py_XDECREF(path);
@@ -577,9 +591,6 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
   // A keep-alive connection's later requests copy its own base, which has
   // the keys that stay for the connection (and its second request's target):
   // up to seven dict stores fewer each.
-  if (cs.scope_base != nullptr && cs.scope_base_of != template_generation_) {
-    Py_CLEAR(cs.scope_base);
-  }
   if (cs.scope_base == nullptr && cs.had_request) {
     PyObject* b = PyDict_Copy(full_template_);
     if (b == nullptr || PyDict_SetItem(b, n_.http_version, version) != 0 ||

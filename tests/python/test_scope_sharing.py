@@ -140,6 +140,38 @@ def test_a_target_asked_again_on_a_connection_gets_its_own_method_path_and_query
             assert not seen["added_key"], (i, seen)
 
 
+def ask(s: socket.socket, method: str, target: str) -> dict:
+    """What the app saw of one request sent on the keep-alive connection `s`."""
+    s.sendall(f"{method} {target} HTTP/1.1\r\nHost: k.example\r\nContent-Length: 0\r\n\r\n".encode())
+    data = recv_until(s, b"\r\n\r\n")
+    head, rest = data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(rest) < length:
+        rest += s.recv(65536)
+    return json.loads(rest[:length])
+
+
+def test_connections_asking_in_turn_each_get_their_own_target(server: ServerProcess) -> None:
+    # Two connections take turns, so the target asked just before is always the other one's: a
+    # connection's scopes take a target or query from its own base when the bytes are the same,
+    # and every request still sees its own method, path, raw_path and query_string.
+    turns = [(("GET", "/a?x=1"), ("GET", "/b?y=2")), (("GET", "/a?x=1"), ("GET", "/b?y=2")),
+             (("GET", "/a?x=1"), ("PUT", "/b?y=3")), (("GET", "/a?x=2"), ("GET", "/b?y=2")),
+             (("GET", "/a%7E"), ("GET", "/a?x=1")), (("GET", "/a?x=1"), ("GET", "/b")),
+             (("GET", "/a"), ("GET", "/b?y=2")), (("GET", "/a?x=1"), ("GET", "/b?y=2"))]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as one, \
+            socket.create_connection(("127.0.0.1", server.port), timeout=10) as two:
+        for i, pair in enumerate(turns):
+            for s, (method, target) in zip((one, two), pair):
+                seen = ask(s, method, target)
+                raw_path, _, query = target.partition("?")
+                path = raw_path.replace("%7E", "~")
+                assert (seen["method"], seen["path"], seen["raw_path"], seen["query_string"]) == (
+                    method, path, raw_path, query), (i, target, seen)
+                assert not seen["added_key"], (i, seen)
+
+
 def test_requests_of_one_keep_alive_connection_each_get_a_fresh_scope(server: ServerProcess) -> None:
     # From a connection's second request on, its scopes are copies of one made for the connection:
     # what the app changed in a scope before, and the version of the request before, stay out.
