@@ -434,8 +434,22 @@ class bridge final : public loop_source {
   bool resolve(PyObject*& waiter, PyObject* value, bool exception);  // steals value
   void wake_receiver(request_object* r);
 
-  PyObject* send_start(request_object* r, PyObject* message);
-  PyObject* send_body(request_object* r, PyObject* message);
+  /// The keys of an http.response.start/body message send() reads, found in
+  /// one pass over the dict instead of a lookup each (a missing key costs a
+  /// lookup too). Borrowed; NULL where absent.
+  struct message_fields {
+    PyObject* type = nullptr;
+    PyObject* status = nullptr;
+    PyObject* headers = nullptr;
+    PyObject* trailers = nullptr;
+    PyObject* body = nullptr;
+    PyObject* more_body = nullptr;
+  };
+  void read_fields(PyObject* message, message_fields& f) const;
+  PyObject* send_start(request_object* r, PyObject* message);  // reads the fields itself
+  PyObject* send_start(request_object* r, const message_fields& f);
+  PyObject* send_body(request_object* r, PyObject* message);  // reads the fields itself
+  PyObject* send_body(request_object* r, PyObject* message, const message_fields& f);
   bool encode_head(request_object* r, std::optional<std::uint64_t> body_size);
   // ASGI extensions (bridge_extensions.cpp).
   // `given`: scope["extensions"] already holds an extension (TLS) to merge

@@ -5,6 +5,7 @@
 // returns a Ready awaitable unless the connection's unsent output passed the
 // high mark, and then a Future resolved by the "drained" notice.
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,17 +21,49 @@ PyObject* request_send(PyObject* self, PyObject* message) {
   return r->owner == nullptr ? bridge_gone() : r->owner->send(r, message);
 }
 
-/// `message[key]` (borrowed) or NULL without an exception when missing.
-PyObject* get_item(PyObject* message, PyObject* key) {
-  return PyDict_GetItemWithError(message, key);
-}
+/// A strong reference for the length of a scope (NULL allowed): a borrowed
+/// value of the app's message stays alive while the app's code runs (a
+/// header iterable, a __bool__) and may change the dict.
+struct held_ref {
+  PyObject* obj;
+  explicit held_ref(PyObject* o) : obj(Py_XNewRef(o)) {}
+  held_ref(const held_ref&) = delete;
+  held_ref& operator=(const held_ref&) = delete;
+  ~held_ref() { Py_XDECREF(obj); }
+};
 }  // namespace
+
+void bridge::read_fields(PyObject* message, message_fields& f) const {
+  PyObject* const keys[] = {n_.type, n_.status, n_.headers, n_.trailers, n_.body, n_.more_body};
+  PyObject** const slots[] = {&f.type, &f.status, &f.headers, &f.trailers, &f.body, &f.more_body};
+  constexpr std::size_t count = std::size(keys);
+  Py_ssize_t pos = 0;
+  PyObject* key = nullptr;
+  PyObject* value = nullptr;
+  while (PyDict_Next(message, &pos, &key, &value) != 0) {
+    // The app's literal keys are identifiers, interned: the same objects as
+    // the bridge's names. An equal str made at run time is compared.
+    std::size_t i = 0;
+    while (i < count && key != keys[i]) {
+      ++i;
+    }
+    if (i == count && PyUnicode_Check(key)) {
+      i = 0;
+      while (i < count && !str_equal(key, keys[i])) {
+        ++i;
+      }
+    }
+    if (i < count) {
+      *slots[i] = value;
+    }
+  }
+}
 
 PyObject* header_pair_list(PyObject* headers, const char* event) {
   // A list (what apps send) is copied by slicing, and a tuple item is its own
   // pair: both skip the generic iteration (the copy keeps the app's later
   // changes to its list out of a head that is written later).
-  PyObject* list = headers == nullptr         ? PyList_New(0)
+  PyObject* list = headers == nullptr           ? PyList_New(0)
                    : PyList_CheckExact(headers) ? PyList_GetSlice(headers, 0, PY_SSIZE_T_MAX)
                                                 : PySequence_List(headers);
   if (list == nullptr) {
@@ -79,15 +112,22 @@ PyObject* bridge::send(request_object* r, PyObject* message) {
                  Py_TYPE(message)->tp_name);
     return nullptr;
   }
-  PyObject* type = get_item(message, n_.type);
-  if (type == nullptr) {
-    if (!PyErr_Occurred()) {
-      PyErr_SetString(PyExc_ValueError, "ASGI message without a 'type' key");
+  if (r->ws != nullptr) {  // one lookup: ws_send reads the rest of its messages itself
+    PyObject* type = PyDict_GetItemWithError(message, n_.type);
+    if (type == nullptr) {
+      if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "ASGI message without a 'type' key");
+      }
+      return nullptr;
     }
-    return nullptr;
-  }
-  if (r->ws != nullptr) {
     return ws_send(r, type, message);  // bridge_websocket.cpp
+  }
+  message_fields f;
+  read_fields(message, f);
+  PyObject* const type = f.type;
+  if (type == nullptr) {
+    PyErr_SetString(PyExc_ValueError, "ASGI message without a 'type' key");
+    return nullptr;
   }
   if (r->disconnected) {
     PyErr_SetString(disconnected_type_, "client disconnected");
@@ -110,19 +150,23 @@ PyObject* bridge::send(request_object* r, PyObject* message) {
     PyErr_Format(PyExc_OSError, "%R sent after the response was complete", type);
     return nullptr;
   }
-  return is_start ? send_start(r, message) : send_body(r, message);
+  return is_start ? send_start(r, f) : send_body(r, message, f);
 }
 
 PyObject* bridge::send_start(request_object* r, PyObject* message) {
+  message_fields f;
+  read_fields(message, f);
+  return send_start(r, f);
+}
+
+PyObject* bridge::send_start(request_object* r, const message_fields& f) {
   if (r->started) {
     PyErr_SetString(PyExc_RuntimeError, "'http.response.start' sent twice");
     return nullptr;
   }
-  PyObject* status = get_item(message, n_.status);
+  PyObject* const status = f.status;
   if (status == nullptr) {
-    if (!PyErr_Occurred()) {
-      PyErr_SetString(PyExc_ValueError, "'http.response.start' without a 'status'");
-    }
+    PyErr_SetString(PyExc_ValueError, "'http.response.start' without a 'status'");
     return nullptr;
   }
   if (!PyLong_Check(status) || PyBool_Check(status)) {
@@ -139,17 +183,14 @@ PyObject* bridge::send_start(request_object* r, PyObject* message) {
     }
     return nullptr;
   }
-  PyObject* headers = get_item(message, n_.headers);
-  if (headers == nullptr && PyErr_Occurred()) {
-    return nullptr;
-  }
-  PyObject* list = header_pair_list(headers, "http.response.start");
+  const held_ref headers{f.headers};  // the iteration below may run the app's code
+  const held_ref trailers{f.trailers};
+  PyObject* list = header_pair_list(headers.obj, "http.response.start");
   if (list == nullptr) {
     return nullptr;
   }
-  PyObject* trailers = get_item(message, n_.trailers);
-  const int with_trailers = trailers == nullptr ? 0 : PyObject_IsTrue(trailers);
-  if (with_trailers < 0 || (trailers == nullptr && PyErr_Occurred())) {
+  const int with_trailers = trailers.obj == nullptr ? 0 : PyObject_IsTrue(trailers.obj);
+  if (with_trailers < 0) {
     Py_DECREF(list);
     return nullptr;
   }
@@ -197,6 +238,12 @@ bool bridge::encode_head(request_object* r, std::optional<std::uint64_t> body_si
 }
 
 PyObject* bridge::send_body(request_object* r, PyObject* message) {
+  message_fields f;
+  read_fields(message, f);
+  return send_body(r, message, f);
+}
+
+PyObject* bridge::send_body(request_object* r, PyObject* message, const message_fields& fields) {
   if (!r->started) {
     PyErr_SetString(PyExc_RuntimeError, "'http.response.body' sent before 'http.response.start'");
     return nullptr;
@@ -206,19 +253,17 @@ PyObject* bridge::send_body(request_object* r, PyObject* message) {
                     "'http.response.body' sent after the last one (more_body was False)");
     return nullptr;
   }
+  // Held: the gate's length check and more_body's __bool__ may run the
+  // app's code, which may change the message.
+  const held_ref body_ref{fields.body};
+  const held_ref more_ref{fields.more_body};
   if (!gate_open()) {  // bridge_gate.cpp: the pair has its staged_budget staged
     if (PyObject* fut = wait_for_gate(r, message); fut != nullptr || PyErr_Occurred()) {
       return fut;
     }
   }
-  PyObject* body = get_item(message, n_.body);
-  if (body == nullptr && PyErr_Occurred()) {
-    return nullptr;
-  }
-  PyObject* more_obj = get_item(message, n_.more_body);
-  if (more_obj == nullptr && PyErr_Occurred()) {
-    return nullptr;
-  }
+  PyObject* const body = body_ref.obj;
+  PyObject* const more_obj = more_ref.obj;
   const int more = more_obj == nullptr ? 0 : PyObject_IsTrue(more_obj);
   if (more < 0) {
     return nullptr;

@@ -197,6 +197,29 @@ def test_headers_in_any_iterable_of_pairs_and_as_they_were_at_start(client: http
     assert "x-late" not in r.headers and "x-changed" not in r.headers
 
 
+@pytest.mark.parametrize(
+    ("shape", "status", "header", "body"),
+    [
+        ("runtime-keys", 201, "runtime-keys", "part one, part two"),
+        ("extra-keys", 202, "extra", "extra keys ignored"),
+        ("headers-empty-the-message", 203, "emptied", "headers emptied the message"),
+        ("more-body-empties-the-message", 200, "more", "body kept"),
+    ],
+)
+def test_messages_are_read_by_their_keys_whatever_the_objects_and_whatever_the_app_does_meanwhile(
+    client: httpx.Client, server: ServerProcess, shape: str, status: int, header: str, body: str
+) -> None:
+    # Keys equal to ASGI's names but other str objects (built at run time, a str subclass) are
+    # those keys; keys ASGI does not define are ignored; the app's code that send() runs (a
+    # header generator, a more_body's truth) may empty the message meanwhile, and what send()
+    # read before stays what it was given.
+    r = client.get("/message-shapes", params={"shape": shape})
+    assert (r.status_code, r.headers.get("x-shape"), r.text) == (status, header, body)
+    if shape == "headers-empty-the-message":
+        assert r.headers["x-built"] == "at-run-time"
+    assert client.get("/hello").status_code == 200
+
+
 def test_header_lines_that_come_back_are_checked_as_the_first_time(server: ServerProcess) -> None:
     # The same header bytes in response after response (each response's own
     # list and tuples): every head says what its app sent, and a bad one is

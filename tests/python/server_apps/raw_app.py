@@ -28,6 +28,55 @@ async def read_body(receive):
             return size, chunks, h.hexdigest()
 
 
+class Key(str):
+    """A str subclass: a message key that is not the interned name."""
+
+
+def made(name: str):
+    """`name` as an equal str built at run time, not the interned literal."""
+    return "".join(list(name))
+
+
+async def message_shapes(send, shape):
+    if shape == "runtime-keys":  # equal keys that are other objects than the names
+        await send({made("type"): made("http.response.start"), made("status"): 201,
+                    Key("headers"): [(b"x-shape", b"runtime-keys")], made("trailers"): False})
+        await send({made("type"): "http.response.body", Key("body"): b"part one, ", made("more_body"): True})
+        await send({Key("type"): "http.response.body", made("body"): b"part two"})
+        return
+    if shape == "extra-keys":  # keys ASGI does not define are ignored, whatever they are
+        extra = {f"x{i}": i for i in range(40)} | {b"status": 500, 7: "seven", ("body",): b"no"}
+        await send(extra | {"type": "http.response.start", "status": 202, "headers": [(b"x-shape", b"extra")]})
+        await send({"more_body": False, **extra, "body": b"extra keys ignored", "type": "http.response.body"})
+        return
+    if shape == "headers-empty-the-message":  # iterating the headers takes every key out of the message
+        message = {"type": "http.response.start", "status": 203, "trailers": False}
+
+        def pairs():
+            message.clear()
+            yield (b"x-shape", "emptied".encode())
+            yield (b"x-built", b"at-" + b"run-time")
+
+        message["headers"] = pairs()
+        await send(message)
+        await send({"type": "http.response.body", "body": b"headers emptied the message"})
+        return
+    if shape == "more-body-empties-the-message":  # more_body's truth takes the body out of the message
+        message = {"type": "http.response.body"}
+
+        class Last:
+            def __bool__(self):
+                message.clear()
+                return False
+
+        message["body"] = b"".join([b"body ", b"kept"])
+        message["more_body"] = Last()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-shape", b"more")]})
+        await send(message)
+        return
+    raise ValueError(f"no shape {shape!r}")
+
+
 async def lifespan(scope, receive, send):
     def startup():
         scope["state"]["greeting"] = "hello from lifespan"
@@ -105,6 +154,8 @@ async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
         return
+    if path == "/message-shapes":  # messages as apps may build them, read the same
+        return await message_shapes(send, q.get("shape", ""))
     if path == "/bad-header-pair":
         await send({"type": "http.response.start", "status": 200, "headers": [(b"x-ok", b"1"), (b"a", b"b", b"c")]})
         return
