@@ -199,8 +199,8 @@ std::size_t header_line_cache::index_of(const header_field& f) noexcept {
 }
 
 const header_line_cache::entry* header_line_cache::find(const header_field& f) const noexcept {
-  if (f.name.empty() || f.name.size() + f.value.size() > max_field) {
-    return nullptr;  // an empty name is never kept (it is refused)
+  if (!keepable(f)) {
+    return nullptr;
   }
   const entry& e = table_[index_of(f)];
   if (e.name_len != f.name.size() || e.value_len != f.value.size() ||
@@ -213,8 +213,7 @@ const header_line_cache::entry* header_line_cache::find(const header_field& f) c
 }
 
 header_line_cache::entry* header_line_cache::slot_for(const header_field& f) noexcept {
-  return f.name.empty() || f.name.size() + f.value.size() > max_field ? nullptr
-                                                                      : &table_[index_of(f)];
+  return keepable(f) ? &table_[index_of(f)] : nullptr;
 }
 
 std::string encode_status::message() const {

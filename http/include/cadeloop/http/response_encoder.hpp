@@ -81,6 +81,8 @@ class header_line_cache {
  public:
   static constexpr std::size_t slots = 64;       ///< entries (a power of two)
   static constexpr std::size_t max_field = 120;  ///< name + value bytes of a field it keeps
+  static_assert((slots & (slots - 1)) == 0, "index_of masks with slots - 1");
+  static_assert(max_field + 4 <= 255, "entry lengths are one byte");
 
   /// One kept field: its bytes as the app sent them, what the encoder must
   /// know of it, and its line. Plain data.
@@ -101,6 +103,11 @@ class header_line_cache {
   [[nodiscard]] entry* slot_for(const header_field& f) noexcept;
 
  private:
+  /// Whether `f` can be kept at all: a name (an empty one is refused) and
+  /// at most max_field bytes.
+  [[nodiscard]] static bool keepable(const header_field& f) noexcept {
+    return !f.name.empty() && f.name.size() + f.value.size() <= max_field;
+  }
   [[nodiscard]] static std::size_t index_of(const header_field& f) noexcept;
   std::array<entry, slots> table_{};
 };
