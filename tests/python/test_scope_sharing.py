@@ -115,31 +115,6 @@ def test_a_websocket_and_a_request_of_one_route_share_nothing_mutable(server: Se
     assert first["headers"][:-1] == third["headers"][:-1]
 
 
-def test_a_target_asked_again_on_a_connection_gets_its_own_method_path_and_query(
-        server: ServerProcess) -> None:
-    # A connection's scopes share the objects of a target asked for again; each request still
-    # sees its own method, path, raw_path and query_string, whatever the app did to the scope
-    # of the one before, and a request for another target or with another method its own.
-    asks = [("GET", "/same?q=1"), ("GET", "/same?q=1"), ("GET", "/same?q=1"), ("POST", "/same?q=1"),
-            ("GET", "/other"), ("GET", "/same?q=1"), ("GET", "/same"), ("GET", "/same"),
-            ("GET", "/same?q=2"), ("DELETE", "/%7Esame"), ("GET", "/%7Esame"), ("GET", "/same?q=1")]
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-        for i, (method, target) in enumerate(asks):
-            s.sendall(f"{method} {target} HTTP/1.1\r\nHost: k.example\r\nContent-Length: 0\r\n\r\n".encode())
-            data = recv_until(s, b"\r\n\r\n")
-            head, rest = data.split(b"\r\n\r\n", 1)
-            assert head.startswith(b"HTTP/1.1 200"), head
-            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            while len(rest) < length:
-                rest += s.recv(65536)
-            seen = json.loads(rest[:length])
-            raw_path, _, query = target.partition("?")
-            path = raw_path.replace("%7E", "~")
-            assert (seen["method"], seen["path"], seen["raw_path"], seen["query_string"]) == (
-                method, path, raw_path, query), (i, seen)
-            assert not seen["added_key"], (i, seen)
-
-
 def ask(s: socket.socket, method: str, target: str) -> dict:
     """What the app saw of one request sent on the keep-alive connection `s`."""
     s.sendall(f"{method} {target} HTTP/1.1\r\nHost: k.example\r\nContent-Length: 0\r\n\r\n".encode())
@@ -150,6 +125,28 @@ def ask(s: socket.socket, method: str, target: str) -> dict:
     while len(rest) < length:
         rest += s.recv(65536)
     return json.loads(rest[:length])
+
+
+def assert_own_target(seen: dict, method: str, target: str, i: int) -> None:
+    """The app saw this request's own method and target, and nothing an earlier scope was given."""
+    raw_path, _, query = target.partition("?")
+    path = raw_path.replace("%7E", "~")
+    assert (seen["method"], seen["path"], seen["raw_path"], seen["query_string"]) == (
+        method, path, raw_path, query), (i, target, seen)
+    assert not seen["added_key"], (i, seen)
+
+
+def test_a_target_asked_again_on_a_connection_gets_its_own_method_path_and_query(
+        server: ServerProcess) -> None:
+    # A connection's scopes share the objects of a target asked for again; each request still
+    # sees its own method, path, raw_path and query_string, whatever the app did to the scope
+    # of the one before, and a request for another target or with another method its own.
+    asks = [("GET", "/same?q=1"), ("GET", "/same?q=1"), ("GET", "/same?q=1"), ("POST", "/same?q=1"),
+            ("GET", "/other"), ("GET", "/same?q=1"), ("GET", "/same"), ("GET", "/same"),
+            ("GET", "/same?q=2"), ("DELETE", "/%7Esame"), ("GET", "/%7Esame"), ("GET", "/same?q=1")]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        for i, (method, target) in enumerate(asks):
+            assert_own_target(ask(s, method, target), method, target, i)
 
 
 def test_connections_asking_in_turn_each_get_their_own_target(server: ServerProcess) -> None:
@@ -164,12 +161,7 @@ def test_connections_asking_in_turn_each_get_their_own_target(server: ServerProc
             socket.create_connection(("127.0.0.1", server.port), timeout=10) as two:
         for i, pair in enumerate(turns):
             for s, (method, target) in zip((one, two), pair):
-                seen = ask(s, method, target)
-                raw_path, _, query = target.partition("?")
-                path = raw_path.replace("%7E", "~")
-                assert (seen["method"], seen["path"], seen["raw_path"], seen["query_string"]) == (
-                    method, path, raw_path, query), (i, target, seen)
-                assert not seen["added_key"], (i, seen)
+                assert_own_target(ask(s, method, target), method, target, i)
 
 
 def test_requests_of_one_keep_alive_connection_each_get_a_fresh_scope(server: ServerProcess) -> None:
