@@ -38,11 +38,10 @@ bool http_server::impl::refuse_over_budget(connection& c) {
 // long filled their sockets' buffers; cutting the one client that reads
 // would free its bytes and serve nobody).
 void http_server::impl::enforce_memory_budget(const connection& sender) {
-  constexpr std::uint64_t worth_cutting = 16 * 1024;
   deadline_list& l = lists_[static_cast<std::size_t>(timer_kind::write)];
   for (connection* c = l.head; c != nullptr && over_memory_budget();) {
     connection* next = c->tnext;  // close_now unlinks c only
-    if (c->unsent >= worth_cutting && (c != &sender || c->write_armed)) {
+    if (c->unsent >= budget_worth_cutting && (c != &sender || c->write_armed)) {
       ctr_.budget_cuts.add();
       close_now(*c);
     }

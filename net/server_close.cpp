@@ -4,9 +4,38 @@
 
 #include "server_impl.hpp"
 
+#include <time.h>
+
 #include <chrono>
 
 namespace cadeloop::net {
+
+namespace {
+
+// What deadlines count from: the kernel's coarse monotonic clock (the last
+// tick, read without the TSC, a fraction of steady_clock::now()'s cost in
+// this VM) plus its resolution, so a deadline is never set earlier than
+// steady_clock::now() would set it, at most one tick later. Both clocks are
+// CLOCK_MONOTONIC underneath, so on_timer() compares them directly.
+clock_type::time_point deadline_origin() noexcept {
+  static const clock_type::duration tick = [] {
+    timespec res{};
+    if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) != 0) {
+      return clock_type::duration{-1};
+    }
+    return std::chrono::duration_cast<clock_type::duration>(std::chrono::seconds(res.tv_sec) +
+                                                            std::chrono::nanoseconds(res.tv_nsec));
+  }();
+  timespec now{};
+  if (tick.count() < 0 || clock_gettime(CLOCK_MONOTONIC_COARSE, &now) != 0) {
+    return clock_type::now();
+  }
+  return clock_type::time_point(std::chrono::duration_cast<clock_type::duration>(
+             std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec))) +
+         tick;
+}
+
+}  // namespace
 
 // Every decision about a connection's next step is made here, after each
 // event that may change it, so the rules live in one place.
@@ -145,19 +174,36 @@ void http_server::impl::update_timer(connection& c) {
     want = c.parser.mid_message() || c.rbeg != c.rend || c.tls.handshaking() ? timer_kind::head
                                                                              : timer_kind::idle;
   }
-  if (want != c.tkind) {
-    unlink_timer(c);
-    if (want != timer_kind::none) {
-      link_timer(c, want);
-    }
+  if (want == timer_kind::write && c.dirty && !c.write_armed && !c.file &&
+      c.unsent < budget_worth_cutting) {
+    // This pass's flush_writes() writes the output and settles again: a small
+    // response that goes out at once never needs the write deadline linked.
+    // (Larger output is linked now: the write list is where the memory
+    // budget looks for what to cut, server_budget.cpp.)
+    want = timer_kind::none;
+  }
+  if (want == c.tkind) {
+    return;
+  }
+  if (want == timer_kind::none && c.tkind == timer_kind::idle) {
+    c.tkind = timer_kind::none;  // parked: the next deadline or on_timer() unlinks it
+    c.tparked = true;
+    return;
+  }
+  unlink_timer(c);
+  if (want != timer_kind::none) {
+    link_timer(c, want);
   }
 }
 
 void http_server::impl::link_timer(connection& c, timer_kind k) {
+  if (c.tparked) {
+    unlink_timer(c);
+  }
   deadline_list& l = lists_[static_cast<std::size_t>(k)];
   body_waiting_ += k == timer_kind::body ? 1 : 0;
   c.tkind = k;
-  c.deadline = clock_type::now() + timeout_of(k);
+  c.deadline = deadline_origin() + timeout_of(k);
   c.tprev = l.tail;
   c.tnext = nullptr;
   if (l.tail != nullptr) {
@@ -173,11 +219,12 @@ void http_server::impl::link_timer(connection& c, timer_kind k) {
 }
 
 void http_server::impl::unlink_timer(connection& c) {
-  if (c.tkind == timer_kind::none) {
+  const timer_kind linked = c.tparked ? timer_kind::idle : c.tkind;
+  if (linked == timer_kind::none) {
     return;
   }
-  deadline_list& l = lists_[static_cast<std::size_t>(c.tkind)];
-  body_waiting_ -= c.tkind == timer_kind::body ? 1 : 0;
+  deadline_list& l = lists_[static_cast<std::size_t>(linked)];
+  body_waiting_ -= linked == timer_kind::body ? 1 : 0;
   if (c.tprev != nullptr) {
     c.tprev->tnext = c.tnext;
   } else {
@@ -190,6 +237,7 @@ void http_server::impl::unlink_timer(connection& c) {
   }
   c.tprev = c.tnext = nullptr;
   c.tkind = timer_kind::none;
+  c.tparked = false;
 }
 
 // One Asio timer for all connections, set to the earliest deadline. It is
@@ -218,10 +266,13 @@ void http_server::impl::on_timer() {
   const auto now = clock_type::now();
   for (std::size_t k = 1; k < timer_kind_count; ++k) {
     deadline_list& l = lists_[k];
-    while (l.head != nullptr && l.head->deadline <= now) {
+    while (l.head != nullptr && (l.head->tparked || l.head->deadline <= now)) {
       connection& c = *l.head;
+      const bool parked = c.tparked;
       unlink_timer(c);
-      expire(c, static_cast<timer_kind>(k));
+      if (!parked) {
+        expire(c, static_cast<timer_kind>(k));
+      }
     }
   }
   for (std::size_t k = 1; k < timer_kind_count; ++k) {

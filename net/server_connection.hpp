@@ -173,8 +173,13 @@ struct connection {
   // (server_websocket.cpp); null for plain HTTP.
   std::unique_ptr<ws_state> ws;
 
-  // Deadline list membership.
+  // Deadline list membership. tkind is the deadline the connection waits
+  // for. A keep-alive connection whose next request arrived is parked rather
+  // than unlinked: tkind is none, it stays in the idle list (tparked) and
+  // leaves it when its next deadline is linked or the idle list's head
+  // reaches it (server_close.cpp), one list operation per request, not two.
   timer_kind tkind = timer_kind::none;
+  bool tparked = false;
   clock_type::time_point deadline{};
   connection* tprev = nullptr;
   connection* tnext = nullptr;

@@ -117,6 +117,9 @@ class http_server::impl {
     connection* tail = nullptr;
   };
   static constexpr std::size_t discard_size = 16 * 1024;
+  // Pending output below this is never cut by the memory budget
+  // (server_budget.cpp): cutting it would free next to nothing.
+  static constexpr std::uint64_t budget_worth_cutting = 16 * 1024;
 
   // ------------------------------------------------------------ lookup
 

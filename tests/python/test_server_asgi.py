@@ -353,3 +353,27 @@ def test_idle_keepalive_connection_is_closed(server: ServerProcess) -> None:
         t0 = time.monotonic()
         assert f.read(1) == b""  # closed by the server after keepalive_idle
         assert 0.5 < time.monotonic() - t0 < 4
+
+
+def test_the_idle_clock_starts_at_each_response_and_stops_while_a_request_is_in_flight(
+        server: ServerProcess) -> None:
+    # keepalive_idle is 1 s: requests 0.7 s apart keep the connection open well
+    # past 1 s from the first response, a request the app answers after 1.6 s
+    # is not cut as idle, and the close comes about 1 s after the last response.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        f = s.makefile("rb")
+
+        def ask(target: bytes) -> bytes:
+            s.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, _, body = read_response(f)
+            assert status == 200
+            return body
+
+        assert ask(b"/hello") == b"Hello, World!"
+        for _ in range(3):
+            time.sleep(0.7)
+            assert ask(b"/hello") == b"Hello, World!"
+        assert ask(b"/slow?delay=1.6") == b"slow done"
+        t0 = time.monotonic()
+        assert f.read(1) == b""
+        assert 0.8 < time.monotonic() - t0 < 3
