@@ -521,7 +521,7 @@ class bridge final : public loop_source {
   // scope_template_ plus every key build_scope sets (values None), so a
   // scope is one copy whose values are replaced, never a dict that grows.
   PyObject* full_template_ = nullptr;
-  bool full_template_state_ = false;  // made with the "state" key
+  bool full_template_state_ = false;       // made with the "state" key
   std::uint32_t template_generation_ = 0;  // counts the full_template_s made
   std::size_t handled_ = 0;
   std::size_t active_tasks_ = 0;
@@ -559,7 +559,8 @@ class bridge final : public loop_source {
   }
   /// With the gate closed: a Future the send waits on (the message held), or
   /// NULL without an error when the message passes, NULL with one on failure.
-  PyObject* wait_for_gate(request_object* r, PyObject* message);
+  /// `body` is the message's body as send_body read it (null when absent).
+  PyObject* wait_for_gate(request_object* r, PyObject* message, PyObject* body);
   /// Stages held messages in order while the pair is under staged_budget.
   void release_gate();
   /// With sends still held: cuts the connection that has waited for its

@@ -14,10 +14,9 @@
 
 namespace cadeloop::pyhost::server {
 
-PyObject* bridge::wait_for_gate(request_object* r, PyObject* message) {
-  PyObject* body = PyDict_GetItemWithError(message, n_.body);
+PyObject* bridge::wait_for_gate(request_object* r, PyObject* message, PyObject* body) {
   if (body == nullptr) {
-    return nullptr;  // no body (passes) or an error send_body reports
+    return nullptr;  // no body: passes
   }
   const Py_ssize_t size = PyObject_Length(body);
   if (size < 0) {

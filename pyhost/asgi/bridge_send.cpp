@@ -258,7 +258,8 @@ PyObject* bridge::send_body(request_object* r, PyObject* message, const message_
   const held_ref body_ref{fields.body};
   const held_ref more_ref{fields.more_body};
   if (!gate_open()) {  // bridge_gate.cpp: the pair has its staged_budget staged
-    if (PyObject* fut = wait_for_gate(r, message); fut != nullptr || PyErr_Occurred()) {
+    if (PyObject* fut = wait_for_gate(r, message, body_ref.obj);
+        fut != nullptr || PyErr_Occurred()) {
       return fut;
     }
   }
