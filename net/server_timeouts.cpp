@@ -11,12 +11,15 @@
 
 namespace cadeloop::net {
 
-// The progress deadline a connection with work waits for: pending output
-// first (a client that does not read), then a request body the app waits
-// for while the server is reading (not when reading paused because the app
-// has not taken what it was given: that wait is the app's).
+// The progress deadline a connection with work waits for: output that could
+// be written first (a client that does not read), then a request body the
+// app waits for while the server is reading (not when reading paused because
+// the app has not taken what it was given: that wait is the app's). A
+// pipelined response held behind an unfinished head of the line counts in
+// `unsent` but cannot be written yet: that wait is the app's too, so it
+// runs no write deadline until it reaches `out`.
 timer_kind http_server::impl::progress_timer(const connection& c) const noexcept {
-  if (c.unsent != 0 || c.file) {
+  if (!c.out.empty() || c.file) {
     return timer_kind::write;
   }
   if (c.body_open && c.in_flight() != 0 && want_read(c)) {

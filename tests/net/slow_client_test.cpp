@@ -89,6 +89,85 @@ TEST_F(slow_client_test, OutputNotReadForTheWriteTimeoutClosesTheConnection) {
   EXPECT_EQ(counters.unsent_bytes.get(), 0u);
 }
 
+// A client that stops reading while the app keeps sending small pieces: the
+// write deadline counts from the stall, and a piece too small to be worth a
+// list operation (it would go out in this pass if the socket took it) must not
+// drop or push back the deadline of a socket that already refused bytes.
+TEST_F(slow_client_test, SmallSendsToAStalledClientDoNotPushBackTheWriteDeadline) {
+  opt.write_timeout = 300ms;
+  start();
+  raw_client c{port};
+  ASSERT_TRUE(c.send(get_request("/s")));
+  ASSERT_TRUE(pump_until([&] { return sink.count(kind::request) == 1; }));
+  const connection_id id = sink.requests()[0].conn;
+  ASSERT_TRUE(server->send(
+      id, 0, byte_buffer::copy_of("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"),
+      send_flags{}));
+  // 4 KiB pieces whenever everything went out, until the kernel has taken
+  // nothing for 150 ms (its send buffer grows for a while as it fills): then
+  // a little is left unsent, a wait for writability is armed, and the write
+  // deadline runs.
+  const std::string piece = "1000\r\n" + std::string(4096, 'x') + "\r\n";
+  std::uint64_t out = counters.bytes_out.get();
+  auto last_progress = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - last_progress < 150ms) {
+    ASSERT_EQ(sink.count(kind::disconnect), 0u);
+    if (counters.unsent_bytes.get() == 0) {
+      ASSERT_TRUE(server->send(id, 0, byte_buffer::copy_of(piece), send_flags{}));
+    }
+    pump();
+    if (counters.bytes_out.get() != out) {
+      out = counters.bytes_out.get();
+      last_progress = std::chrono::steady_clock::now();
+    }
+  }
+  ASSERT_GT(counters.unsent_bytes.get(), 0u);
+  ASSERT_LT(counters.unsent_bytes.get(), 8192u);
+  const auto stalled = last_progress;
+  // 64 bytes every 20 ms: about 6 KiB in 2 s, all of it small.
+  const std::string small = "40\r\n" + std::string(64, 'y') + "\r\n";
+  while (sink.count(kind::disconnect) == 0 && std::chrono::steady_clock::now() - stalled < 2s) {
+    ASSERT_TRUE(server->send(id, 0, byte_buffer::copy_of(small), send_flags{}));
+    const auto until = std::chrono::steady_clock::now() + 20ms;
+    pump_until([&] {
+      return sink.count(kind::disconnect) != 0 || std::chrono::steady_clock::now() >= until;
+    });
+  }
+  const auto took = std::chrono::steady_clock::now() - stalled;
+  EXPECT_EQ(sink.count(kind::disconnect), 1u);
+  EXPECT_EQ(counters.write_timeouts.get(), 1u);
+  EXPECT_LT(took, 1s) << "cut "
+                      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                      << " ms after the stall, write_timeout 300 ms";
+}
+
+// A pipelined response the app finished early waits behind the head of the
+// line; nothing can be written while the app works on the head, so the
+// write deadline must not run for it: a head that takes longer than
+// write_timeout is answered, then both responses go out in order.
+TEST_F(slow_client_test, AResponseHeldBehindTheHeadOfTheLineRunsNoWriteDeadline) {
+  opt.write_timeout = 200ms;
+  start();
+  raw_client c{port};
+  ASSERT_TRUE(c.send(get_request("/slow") + get_request("/fast")));
+  ASSERT_TRUE(pump_until([&] { return sink.requests().size() == 2; }));
+  const connection_id id = sink.requests()[0].conn;
+  ASSERT_TRUE(answer(id, 1));
+  const auto until = std::chrono::steady_clock::now() + 700ms;
+  pump_until([&] {
+    return sink.count(kind::disconnect) != 0 || std::chrono::steady_clock::now() >= until;
+  });
+  EXPECT_EQ(sink.count(kind::disconnect), 0u);
+  EXPECT_EQ(counters.write_timeouts.get(), 0u);
+  ASSERT_TRUE(answer(id, 0));
+  ASSERT_TRUE(pump_until([&] {
+    c.poll();
+    return c.in.size() >= (response_for(0) + response_for(1)).size() || c.eof || c.reset;
+  }));
+  EXPECT_EQ(c.in, response_for(0) + response_for(1));
+  EXPECT_FALSE(c.eof);
+}
+
 // Over the memory budget as a send arrives: the connection stalled the
 // longest is cut at once, without waiting for a write event.
 TEST_F(slow_client_test, TheMemoryBudgetCutsTheSlowestWhenASendArrives) {

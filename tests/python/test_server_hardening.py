@@ -194,6 +194,25 @@ def test_readers_that_never_read_are_cut_by_the_write_timeout(tmp_path: Path) ->
         assert srv.stop() == 0
 
 
+def test_a_pipelined_response_waiting_behind_a_slow_one_is_not_cut_by_the_write_timeout(
+        tmp_path: Path) -> None:
+    # The second response is ready at once but must wait for the first (1.5 s, three times
+    # write_timeout): nothing can be written meanwhile, so no write deadline runs, and the
+    # client gets both in order.
+    srv = ServerProcess("hostile_app:app", "--write-timeout", "0.5", "--stats-port", "0",
+                        tmp=tmp_path).start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"GET /hold?s=1.5 HTTP/1.1\r\nHost: x\r\n\r\n"
+                      b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            f = s.makefile("rb")
+            assert read_response(f)[::2] == (200, b"held")
+            assert read_response(f)[::2] == (200, b"hello")
+        assert stats_of(srv)["write_timeouts"] == 0
+    finally:
+        assert srv.stop() == 0
+
+
 def test_the_memory_budget_bounds_unsent_bytes_and_rss_and_cuts_the_slowest(tmp_path: Path) -> None:
     # 32 readers that never read, each asking for 64 MiB: each may have send_high_mark (1 MiB)
     # staged by the app, but the pair holds at most memory_budget (8 MiB) unsent: the
