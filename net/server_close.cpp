@@ -178,6 +178,9 @@ void http_server::impl::update_timer(connection& c) {
       c.unsent < budget_worth_cutting) {
     // This pass's flush_writes() writes the output and settles again: a small
     // response that goes out at once never needs the write deadline linked.
+    // (mark_dirty() never marks a connection whose socket refused bytes and
+    // waits for writability, so a stalled client keeps its deadline running
+    // from the stall; `!c.write_armed` states it here too.)
     // (Larger output is linked now: the write list is where the memory
     // budget looks for what to cut, server_budget.cpp.)
     want = timer_kind::none;
