@@ -9,6 +9,10 @@ other; this one misses the kernel's side: count system calls with bench/http/cou
     python bench/http/ir.py --baseline build/base --servers cadeloop-base,cadeloop --workloads upload
     python bench/http/ir.py --servers cadeloop --workloads upload --keep   # keep the 2N run's profile:
                                                                            # callgrind_annotate it
+    python bench/http/ir.py --servers cadeloop --workloads plaintext --cache-sim --keep
+        # also cache misses per request from callgrind's cache simulation (a model of this CPU's
+        # L1 and last-level caches, not the hardware's counters, which this VM does not expose), and
+        # with --keep the functions that miss the most
 
 Writes bench/results/DATE-http-TAG.md and .json.
 """
@@ -37,7 +41,13 @@ def load(port: int, w, requests: int, cpu: int) -> dict:
     return json.loads(out.stdout)
 
 
-def total_ir(key: str, w, n: int, args: argparse.Namespace, baseline: Path | None, keep: Path | None) -> int:
+# The events of a --cache-sim run reported per request: instructions, first-level instruction-cache misses,
+# first-level data-cache read and write misses, and last-level data misses.
+CACHE_EVENTS = ("Ir", "I1mr", "D1mr", "D1mw", "DLmr", "DLmw")
+
+
+def total_ir(key: str, w, n: int, args: argparse.Namespace, baseline: Path | None,
+             keep: Path | None) -> dict[str, int]:
     server = servers(args.port, baseline)[key]
     out = keep or Path(f"/tmp/ir-callgrind-{key}-{n}.out")
     out.unlink(missing_ok=True)
@@ -46,7 +56,7 @@ def total_ir(key: str, w, n: int, args: argparse.Namespace, baseline: Path | Non
     # interpreter): valgrind follows that exec for it; the profile is the re-executed process's.
     trace = "yes" if key == "cadeloop-base" else "no"
     server.argv = ["valgrind", "--tool=callgrind", f"--trace-children={trace}", f"--callgrind-out-file={out}",
-                   *argv]
+                   *(["--cache-sim=yes"] if args.cache_sim else []), *argv]
     proc, error = start_server(server, args.port, argparse.Namespace(server_cpu=args.server_cpu), timeout=600)
     if error:
         raise RuntimeError(f"{key}: {error}")
@@ -57,14 +67,18 @@ def total_ir(key: str, w, n: int, args: argparse.Namespace, baseline: Path | Non
     finally:
         stop_server(proc)
     text = out.read_text(errors="replace") if out.exists() else ""
-    m = re.search(r"^(?:totals|summary):\s+(\d+)", text, re.M)
+    names = re.search(r"^events:\s+(.*)$", text, re.M)
+    m = re.search(r"^(?:totals|summary):\s+(.*)$", text, re.M)
     if not keep:
         out.unlink(missing_ok=True)
-    return int(m.group(1)) if m else 0
+    if not names or not m:
+        return {"Ir": 0}
+    return {k: int(v) for k, v in zip(names.group(1).split(), m.group(1).split())}
 
 
-def per_function(path: Path) -> dict[str, int]:
-    out = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", str(path)],
+def per_function(path: Path, event: str = "Ir") -> dict[str, int]:
+    out = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", "--auto=no", f"--show={event}",
+                          f"--sort={event}", str(path)],
                          capture_output=True, text=True).stdout
     costs: dict[str, int] = {}
     for line in out.splitlines():
@@ -74,9 +88,10 @@ def per_function(path: Path) -> dict[str, int]:
     return costs
 
 
-def print_top(a: Path, b: Path, n: int, top: int = 40) -> None:
-    """The functions whose instructions grew most from the N run to the 2N run, per request."""
-    ca, cb = per_function(a), per_function(b)
+def print_top(a: Path, b: Path, n: int, top: int = 40, event: str = "Ir") -> None:
+    """The functions whose count of `event` grew most from the N run to the 2N run, per request."""
+    print(f"  {event} per request, by function:")
+    ca, cb = per_function(a, event), per_function(b, event)
     diff = sorted(((cb.get(k, 0) - ca.get(k, 0)) / n, k) for k in set(ca) | set(cb))
     for cost, name in reversed(diff[-top:]):
         print(f"  {cost:9.0f}  {name[:150]}")
@@ -94,6 +109,8 @@ def main() -> int:
     p.add_argument("--port", type=int, default=18580)
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--load-cpu", type=int, default=1)
+    p.add_argument("--cache-sim", action="store_true",
+                   help="simulate the caches too and report cache misses per request")
     p.add_argument("--tag", default="")
     args = p.parse_args()
     # A fixed str hash seed for every server run: CPython's dict probes then
@@ -112,11 +129,19 @@ def main() -> int:
             a = total_ir(key, w, n, args, baseline, keep_a)
             b = total_ir(key, w, 2 * n, args, baseline, keep_b)
             row = {"workload": wname, "server": servers(args.port, baseline)[key].name, "requests": [n, 2 * n],
-                   "totals": [a, b], "ir_per_request": (b - a) / n}
+                   "totals": [a["Ir"], b["Ir"]], "ir_per_request": (b["Ir"] - a["Ir"]) / n}
+            if args.cache_sim:
+                row["per_request"] = {e: (b.get(e, 0) - a.get(e, 0)) / n for e in CACHE_EVENTS}
             rows.append(row)
             if args.keep:
                 print_top(keep_a, keep_b, n)
+                if args.cache_sim:
+                    print_top(keep_a, keep_b, n, event="D1mr")
+                    print_top(keep_a, keep_b, n, event="D1mw")
             print(f"{wname:10} {row['server']:40} {row['ir_per_request']:10.0f} instructions/request", flush=True)
+            if args.cache_sim:
+                print("   " + ", ".join(f"{e} {v:.1f}" for e, v in row["per_request"].items() if e != "Ir"),
+                      "per request", flush=True)
     if args.tag:
         date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
         stem = RESULTS / f"{date}-http-{args.tag}"
@@ -127,6 +152,13 @@ def main() -> int:
                  f"PYTHONHASHSEED={os.environ['PYTHONHASHSEED']}", "",
                  "| workload | server | instructions/request |", "|---|---|---:|"]
         lines += [f"| {r['workload']} | {r['server']} | {r['ir_per_request']:.0f} |" for r in rows]
+        if args.cache_sim:
+            lines += ["", "Cache misses per request, callgrind's cache simulation (a model of this CPU's "
+                      "caches, not hardware counters):", "",
+                      "| workload | server | " + " | ".join(CACHE_EVENTS[1:]) + " |",
+                      "|---|---|" + "---:|" * (len(CACHE_EVENTS) - 1)]
+            lines += [f"| {r['workload']} | {r['server']} | "
+                      + " | ".join(f"{r['per_request'][e]:.1f}" for e in CACHE_EVENTS[1:]) + " |" for r in rows]
         stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
         stem.with_suffix(".json").write_text(json.dumps({"command": lines[2], "rows": rows}, indent=1))
         print(f"written: {stem.with_suffix('.md')}")
