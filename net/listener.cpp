@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -53,7 +54,8 @@ socket_address address_of(const generic_endpoint& ep) {
 }
 
 // Binds and listens `acceptor` (already open) on `ep`; sets the socket
-// non-blocking so accepts never wait.
+// non-blocking so accepts never wait, and close-on-exec (a process the app
+// starts does not hold the port).
 bool bind_and_listen(generic_acceptor& acceptor, const generic_endpoint& ep, int backlog,
                      boost::system::error_code& ec) {
   acceptor.bind(ep, ec);
@@ -65,6 +67,9 @@ bool bind_and_listen(generic_acceptor& acceptor, const generic_endpoint& ep, int
     return false;
   }
   acceptor.non_blocking(true, ec);
+  if (!ec && ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC) != 0) {
+    ec = boost::system::error_code{errno, boost::system::system_category()};
+  }
   return !ec;
 }
 
@@ -96,6 +101,9 @@ std::unique_ptr<listener> open_tcp(asio::io_context& io, const listen_spec& spec
     error = failure_errno(spec, errno);
     return nullptr;
   }
+  // Accepted sockets get it from the listener (Linux copies it), which saves
+  // a setsockopt per connection; the server checks that on its first one.
+  (void)::setsockopt(acceptor.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (!bind_and_listen(acceptor, ep, spec.backlog, ec)) {
     error = failure(spec, ec);
     return nullptr;

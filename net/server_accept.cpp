@@ -2,15 +2,40 @@
 // (pausing and resuming accepts), accept back-off, and opening a connection.
 
 #include "server_impl.hpp"
+#include "socket_calls.hpp"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <utility>
 
 namespace cadeloop::net {
+
+namespace {
+// accept(2) on Linux: errors of the connection taken, not of the listener
+// ("treat them like EAGAIN by retrying"): take the next one.
+bool pending_network_error(int err) noexcept {
+  switch (err) {
+    case ECONNABORTED:
+    case EPROTO:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
 
 void http_server::impl::arm_accept(listener_state& ls) {
   if (ls.armed || draining_ || accept_paused_ || accept_backoff_ || listening_paused_ ||
@@ -35,14 +60,20 @@ void http_server::impl::on_acceptable(listener_state& ls) {
       ctr_.accept_pauses.add();
       return;
     }
-    socket_type peer{io_};
+    // accept4(2) itself: the socket comes non-blocking and close-on-exec,
+    // with the peer's address (Asio's accept would add an ioctl, and
+    // getpeername and getsockname follow).
+    sockaddr_storage peer{};
+    socklen_t peer_length = 0;
     error_code ec;
-    ls.l->acceptor().accept(peer, ec);
+    const int fd = accept_one(ls.l->acceptor().native_handle(), peer, peer_length, ec);
     if (would_block(ec)) {
       break;
     }
     if (ec) {
-      if (ec == asio::error::connection_aborted) {
+      // A connection that failed while it waited (reset before the accept),
+      // or a network error Linux reports for it: the next one may be fine.
+      if (pending_network_error(ec.value())) {
         continue;
       }
       // Out of descriptors or memory: retrying at once would spin. Back off.
@@ -56,7 +87,7 @@ void http_server::impl::on_acceptable(listener_state& ls) {
       });
       return;
     }
-    open_connection(std::move(peer), ls.l->is_tcp());
+    open_connection(fd, peer, peer_length, ls);
   }
   arm_accept(ls);
 }
@@ -117,15 +148,30 @@ void http_server::impl::resume_listening() {
   resume_accepting();
 }
 
-void http_server::impl::open_connection(socket_type peer, bool tcp) {
+void http_server::impl::open_connection(int fd, const sockaddr_storage& peer,
+                                        socklen_t peer_length, listener_state& ls) {
+  const bool tcp = ls.l->is_tcp();
+  const int family = peer_length >= sizeof(sa_family_t) ? peer.ss_family : AF_UNIX;
+  socket_type sock{io_};
   error_code ec;
-  peer.non_blocking(true, ec);
+  sock.assign(asio::generic::stream_protocol{family, tcp ? IPPROTO_TCP : 0}, fd, ec);
   if (ec) {
+    ::close(fd);
     return;
   }
-  if (tcp) {
-    const int one = 1;
-    ::setsockopt(peer.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (tcp && ls.nodelay != listener_state::nodelay_kind::inherited) {
+    int on = 0;
+    socklen_t on_length = sizeof on;
+    if (ls.nodelay == listener_state::nodelay_kind::unknown) {
+      const bool inherited =
+          ::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, &on_length) == 0 && on != 0;
+      ls.nodelay = inherited ? listener_state::nodelay_kind::inherited
+                             : listener_state::nodelay_kind::set_each;
+    }
+    if (ls.nodelay == listener_state::nodelay_kind::set_each) {
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
   }
   std::uint32_t slot = 0;
   if (!free_slots_.empty()) {
@@ -138,11 +184,27 @@ void http_server::impl::open_connection(socket_type peer, bool tcp) {
   }
   connection& c = *conns_[slot];
   c.reset(opt_.max_pipelined);
-  const auto remote = peer.remote_endpoint(ec);
-  c.client = ec ? socket_address{} : socket_address::from_sockaddr(remote.data(), remote.size());
-  const auto local = peer.local_endpoint(ec);
-  c.server = ec ? socket_address{} : socket_address::from_sockaddr(local.data(), local.size());
-  c.socket.emplace(std::move(peer));
+  c.client = socket_address::from_sockaddr(reinterpret_cast<const sockaddr*>(&peer), peer_length);
+  // The local address is the listener's when it is bound to one address (or
+  // is a Unix socket); a wildcard listener's connections each ask the kernel.
+  const socket_address& bound = ls.l->local_address();
+  const bool wildcard =
+      (bound.family == socket_address::family_kind::ipv4 ||
+       bound.family == socket_address::family_kind::ipv6) &&
+      std::all_of(bound.bytes.begin(),
+                  bound.bytes.begin() + (bound.family == socket_address::family_kind::ipv4 ? 4 : 16),
+                  [](std::uint8_t b) { return b == 0; });
+  if (bound.family != socket_address::family_kind::none && !wildcard) {
+    c.server = bound;
+  } else {
+    sockaddr_storage local{};
+    socklen_t local_length = sizeof local;
+    c.server = ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_length) == 0
+                   ? socket_address::from_sockaddr(reinterpret_cast<const sockaddr*>(&local),
+                                                   local_length)
+                   : socket_address{};
+  }
+  c.socket.emplace(std::move(sock));
   c.phase = conn_phase::open;
   ++open_count_;
   ctr_.connections_accepted.add();

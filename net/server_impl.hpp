@@ -111,6 +111,11 @@ class http_server::impl {
     // Its address while pause_listening() holds it shut down (see server_accept.cpp).
     sockaddr_storage paused_address{};
     socklen_t paused_length = 0;
+    // Whether its accepted sockets come with TCP_NODELAY (Linux copies it
+    // from the listener, where open_listener sets it): learnt from the first
+    // one; until then, and when not, each gets its own setsockopt.
+    enum class nodelay_kind : std::uint8_t { unknown, inherited, set_each } nodelay =
+        nodelay_kind::unknown;
   };
   struct deadline_list {
     connection* head = nullptr;
@@ -162,7 +167,8 @@ class http_server::impl {
     }
   }
 
-  void open_connection(socket_type peer, bool tcp);
+  void open_connection(int fd, const sockaddr_storage& peer, socklen_t peer_length,
+                       listener_state& ls);
 
   // ------------------------------------------------------------ reading
 

@@ -3,6 +3,7 @@
 // the app in order; parse errors; lingering reads after a close.
 
 #include "server_impl.hpp"
+#include "socket_calls.hpp"
 
 #include <sys/epoll.h>
 
@@ -180,7 +181,7 @@ void http_server::impl::read_available(connection& c) {
 
 void http_server::impl::linger_read(connection& c) {
   error_code ec;
-  const std::size_t n = c.socket->read_some(asio::buffer(discard_.get(), discard_size), ec);
+  const std::size_t n = recv_one(c.socket->native_handle(), discard_.get(), discard_size, ec);
   c.rd_ready = c.polled && !ec && (n == discard_size || c.rd_hup);
   if (would_block(ec)) {
     arm_read(c);

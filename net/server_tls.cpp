@@ -160,7 +160,7 @@ void http_server::impl::tls_fail(connection& c, std::size_t reason_class) {
 
 std::size_t http_server::impl::recv_some(connection& c, char* p, std::size_t n, error_code& ec) {
   if (!c.tls.active()) {
-    return c.socket->read_some(asio::buffer(p, n), ec);
+    return recv_one(c.socket->native_handle(), p, n, ec);
   }
   ec = {};
   SSL* s = c.tls.ssl.get();
@@ -268,11 +268,11 @@ std::size_t http_server::impl::send_some(connection& c, const std::vector<asio::
   if (!c.tls.active()) {
     if (iov.size() == 1 && iov[0].size() > 0) {
       // One piece (a head with a small body is built as one): send(2).
-      // Asio's write_some takes sendmsg(2) for any buffer sequence, and the
-      // kernel then imports a msghdr and an iovec for every response.
+      // sendmsg(2) would make the kernel import a msghdr and an iovec for
+      // every response.
       return send_one(c.socket->native_handle(), iov[0].data(), iov[0].size(), ec);
     }
-    return c.socket->write_some(iov, ec);
+    return send_gather(c.socket->native_handle(), iov, ec);
   }
   ec = {};
   SSL* s = c.tls.ssl.get();

@@ -47,14 +47,17 @@ struct sink_event {
   connection_id conn{};
   std::uint32_t request = 0;
   std::string target;
+  cadeloop::net::socket_address client{};  // a request's peer and local addresses
+  cadeloop::net::socket_address server{};
 };
 
 class recording_sink final : public cadeloop::net::event_sink {
  public:
   void on_request(connection_id conn, std::uint32_t request,
                   std::unique_ptr<cadeloop::http::request_head>&& head,
-                  const request_info&) override {
-    events.push_back({sink_event::kind::request, conn, request, std::string{head->target()}});
+                  const request_info& info) override {
+    events.push_back({sink_event::kind::request, conn, request, std::string{head->target()},
+                      info.client, info.server});
   }
   void on_body(connection_id conn, std::uint32_t request, byte_buffer&&, bool) override {
     events.push_back({sink_event::kind::body, conn, request, {}});
@@ -110,6 +113,7 @@ class raw_client {
   }
 
   [[nodiscard]] bool connected() const noexcept { return connected_; }
+  [[nodiscard]] int fd() const noexcept { return fd_; }
   // One send() for all of `bytes`, so the server reads them in one go.
   [[nodiscard]] bool send(const std::string& bytes) const {
     return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
@@ -158,9 +162,9 @@ std::string response_for(std::uint32_t seq) {
 
 class direct_server_test : public ::testing::Test {
  protected:
-  void start() {
+  void start(const std::string& host = "127.0.0.1") {
     std::string error;
-    auto l = cadeloop::net::open_listener(io, listen_spec::tcp("127.0.0.1", 0), error);
+    auto l = cadeloop::net::open_listener(io, listen_spec::tcp(host, 0), error);
     ASSERT_NE(l, nullptr) << error;
     port = l->local_address().port;
     server = std::make_unique<http_server>(io, sink, opt, counters);

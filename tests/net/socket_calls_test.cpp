@@ -2,7 +2,9 @@
 // that finds the socket full must say "would block" (the connection waits
 // for writability and keeps its bytes), never an error that closes it; a
 // write to a gone peer is an error, not a SIGPIPE. A full socket is rare on
-// the server's path (it writes after writability), so it is made here.
+// the server's path (it writes after writability), so it is made here. The
+// read of a plain connection never waits, and accept4 gives sockets that are
+// non-blocking and close-on-exec.
 
 #include "socket_calls.hpp"
 
@@ -13,12 +15,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <netinet/in.h>
+
 #include <array>
 #include <cerrno>
 #include <string>
+#include <vector>
 
 namespace {
 
+using cadeloop::net::accept_one;
+using cadeloop::net::recv_one;
+using cadeloop::net::send_gather;
 using cadeloop::net::send_one;
 using cadeloop::net::socket_error;
 
@@ -92,6 +100,75 @@ TEST(SocketCalls, ErrnoMapping) {
   EXPECT_EQ(socket_error(EWOULDBLOCK), boost::asio::error::would_block);
   EXPECT_EQ(socket_error(ECONNRESET),
             boost::system::error_code(ECONNRESET, boost::system::system_category()));
+}
+
+// The plain read path: what is there, then "would block" (never a wait),
+// then Asio's eof once the peer closed.
+TEST(SocketCalls, ARecvTakesWhatIsThereThenWouldBlockThenEof) {
+  socket_pair p;
+  ASSERT_EQ(::write(p.fd[1], "hello", 5), 5);
+  std::array<char, 16> buf{};
+  boost::system::error_code ec;
+  EXPECT_EQ(recv_one(p.fd[0], buf.data(), buf.size(), ec), 5u);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(std::string(buf.data(), 5), "hello");
+  EXPECT_EQ(recv_one(p.fd[0], buf.data(), buf.size(), ec), 0u);
+  EXPECT_EQ(ec, boost::asio::error::would_block) << ec.message();
+  p.close(1);
+  EXPECT_EQ(recv_one(p.fd[0], buf.data(), buf.size(), ec), 0u);
+  EXPECT_EQ(ec, boost::asio::error::eof) << ec.message();
+}
+
+// Several pieces in one call, in order; empty pieces are no call at all.
+TEST(SocketCalls, AGatheredSendWritesThePiecesInOrder) {
+  socket_pair p;
+  const std::string a = "head;";
+  const std::string b = "body";
+  boost::system::error_code ec;
+  std::vector<boost::asio::const_buffer> iov{boost::asio::buffer(a), boost::asio::const_buffer{},
+                                             boost::asio::buffer(b)};
+  EXPECT_EQ(send_gather(p.fd[0], iov, ec), a.size() + b.size());
+  EXPECT_FALSE(ec) << ec.message();
+  std::array<char, 16> buf{};
+  ASSERT_EQ(::read(p.fd[1], buf.data(), buf.size()), 9);
+  EXPECT_EQ(std::string(buf.data(), 9), "head;body");
+  const std::vector<boost::asio::const_buffer> none{boost::asio::const_buffer{}};
+  p.close(1);  // a call would now fail with EPIPE
+  EXPECT_EQ(send_gather(p.fd[0], none, ec), 0u);
+  EXPECT_FALSE(ec) << ec.message();
+}
+
+// accept4: nothing waiting is "would block"; a connection comes non-blocking,
+// close-on-exec, with the peer's address.
+TEST(SocketCalls, AnAcceptedSocketIsNonBlockingAndCloseOnExec) {
+  const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ASSERT_GE(l, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(l, 4), 0);
+  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  sockaddr_storage peer{};
+  socklen_t peer_length = 0;
+  boost::system::error_code ec;
+  EXPECT_EQ(accept_one(l, peer, peer_length, ec), -1);
+  EXPECT_EQ(ec, boost::asio::error::would_block) << ec.message();
+  const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  sockaddr_in mine{};
+  len = sizeof mine;
+  ASSERT_EQ(::getsockname(c, reinterpret_cast<sockaddr*>(&mine), &len), 0);
+  const int s = accept_one(l, peer, peer_length, ec);
+  ASSERT_GE(s, 0) << ec.message();
+  EXPECT_NE(::fcntl(s, F_GETFL) & O_NONBLOCK, 0);
+  EXPECT_NE(::fcntl(s, F_GETFD) & FD_CLOEXEC, 0);
+  ASSERT_EQ(peer_length, sizeof(sockaddr_in));
+  EXPECT_EQ(reinterpret_cast<const sockaddr_in&>(peer).sin_port, mine.sin_port);
+  ::close(s);
+  ::close(c);
+  ::close(l);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ cannot turn into a reset that destroys the response.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import time
@@ -74,3 +75,22 @@ def test_a_connection_the_server_closes_lingers_until_the_client_closes(server: 
         assert open_connections(server) == 1
         f.close()  # the socket's file holds the descriptor too
     assert wait_open(server, 0) == 0  # gone once the client closed
+
+
+def test_a_child_process_the_app_starts_does_not_hold_the_connection_open(server: ServerProcess) -> None:
+    # The app starts a process that inherits what it may (close_fds=False, as os.system and many
+    # libraries do) and outlives the response. The server's sockets are close-on-exec, so the child
+    # holds none: when the server closes the connection the client sees the FIN at once, not when
+    # the child exits.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET /spawn?s=4 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        f = s.makefile("rb")
+        status, _, body = read_response(f)
+        assert status == 200 and body.startswith(b"spawned "), (status, body)
+        t0 = time.monotonic()
+        assert f.read() == b""
+        assert time.monotonic() - t0 < 2.0, "the FIN waited for the app's child to exit"
+    child = int(body.split()[1])
+    fds = Path(f"/proc/{child}/fd")
+    held = [os.readlink(p) for p in fds.iterdir()] if fds.exists() else []
+    assert not [h for h in held if h.startswith("socket:")], held

@@ -3,6 +3,7 @@
 import asyncio
 import hashlib
 import json
+import subprocess
 from urllib.parse import parse_qs
 
 from app_lifespan import serve_lifespan
@@ -92,6 +93,10 @@ async def app(scope, receive, send):
     q = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
     if path == "/hello":
         return await respond(send, body=b"Hello, World!")
+    if path == "/spawn":  # a child that inherits every inheritable descriptor and outlives the response
+        child = subprocess.Popen(["sleep", q.get("s", "3")], close_fds=False)
+        KEPT.append(child)  # reaped when the server stops
+        return await respond(send, body=b"spawned %d" % child.pid)
     if path.startswith("/scope"):
         s = {k: v for k, v in scope.items() if k not in ("headers", "raw_path", "query_string", "state")}
         s["headers"] = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]]
