@@ -35,6 +35,8 @@ def load(port: int, w, requests: int, cpu: int) -> dict:
     argv = ["taskset", "-c", str(cpu), str(TOOLS / "loadgen"), "--port", str(port), "--path", w.path,
             "--connections", str(min(w.connections, 16)), "--duration", "900", "--pipeline", str(w.pipeline),
             "--expect-status", "200", "--expect-length", str(w.expect_length), "--requests", str(requests)]
+    if w.new_conn:
+        argv.append("--new-conn")
     if w.body_size:
         argv += ["--method", "POST", "--body-size", str(w.body_size)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=1000)

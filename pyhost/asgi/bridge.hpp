@@ -501,7 +501,7 @@ class bridge final : public loop_source {
   PyObject* last_raw_path_ = nullptr;
   std::string last_raw_text_;
   PyObject* last_client_host_ = nullptr;  // the last client's host str, shared
-  std::string last_client_text_;
+  net::socket_address last_client_addr_{};  // whose address it is (the port aside)
   PyObject* done_context_ = nullptr;  // the empty Context the tasks' done callbacks run in
   PyObject* done_kwnames_ = nullptr;  // ("context",)
   std::vector<conn_state> conns_;

@@ -407,27 +407,32 @@ PyObject* bridge::build_headers(const http::request_head& head) {
 PyObject* bridge::address_tuple(const net::socket_address& a, bool server_side) {
   using fam = net::socket_address::family_kind;
   if (a.family == fam::ipv4 || a.family == fam::ipv6) {
-    const std::string host = a.host();
     if (server_side) {
+      const std::string host = a.host();
       return Py_BuildValue("(s#i)", host.data(), static_cast<Py_ssize_t>(host.size()),
                            static_cast<int>(a.port));
     }
     // A client's host str is shared with the previous client's when it is the
-    // same address (a str is immutable; the tuple is per connection).
-    if (last_client_host_ == nullptr || host != last_client_text_) {
+    // same address (a str is immutable; the tuple is per connection). The
+    // address is compared as bytes: its text (inet_ntop, which formats with
+    // sprintf) is made only for a new one.
+    if (last_client_host_ == nullptr || a.family != last_client_addr_.family ||
+        a.bytes != last_client_addr_.bytes) {
+      const std::string host = a.host();
       PyObject* h = PyUnicode_FromStringAndSize(host.data(), static_cast<Py_ssize_t>(host.size()));
       if (h == nullptr) {
         return nullptr;
       }
-      try {
-        last_client_text_ = host;
-      } catch (const std::bad_alloc&) {
-        PyObject* t = Py_BuildValue("(Ni)", h, static_cast<int>(a.port));
-        return t;  // not shared
-      }
       Py_XSETREF(last_client_host_, h);
+      last_client_addr_ = a;
     }
-    return Py_BuildValue("(Oi)", last_client_host_, static_cast<int>(a.port));
+    PyObject* port = PyLong_FromLong(static_cast<long>(a.port));
+    if (port == nullptr) {
+      return nullptr;
+    }
+    PyObject* t = PyTuple_Pack(2, last_client_host_, port);
+    Py_DECREF(port);
+    return t;
   }
   if (a.family == fam::unix_socket && server_side) {
     return Py_BuildValue("(s#O)", options_.unix_path.data(),

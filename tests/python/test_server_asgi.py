@@ -80,6 +80,17 @@ def test_scope(client: httpx.Client, server: ServerProcess) -> None:
     assert s["state"] == {"greeting": "hello from lifespan"}
 
 
+def test_each_connection_gets_its_own_client_address(server: ServerProcess) -> None:
+    # Clients from two loopback addresses, alternating: scope["client"] is each connection's own
+    # address and port, never the previous connection's.
+    for source in ["127.0.0.2", "127.0.0.1", "127.0.0.2", "127.0.0.2", "127.0.0.1"]:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5, source_address=(source, 0)) as s:
+            s.sendall(b"GET /scope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            status, _, body = read_response(s.makefile("rb"))
+            assert status == 200
+            assert json.loads(body)["client"] == [source, s.getsockname()[1]]
+
+
 def test_http10_and_head(server: ServerProcess) -> None:
     out = raw_exchange(server.port, b"GET /scope HTTP/1.0\r\n\r\n")
     head, _, body = out.partition(b"\r\n\r\n")
