@@ -85,7 +85,10 @@ def per_function(path: Path, event: str = "Ir") -> dict[str, int]:
     costs: dict[str, int] = {}
     for line in out.splitlines():
         if m := re.match(r"^\s*([\d,]+)\s+\([^)]*\)\s+(.*)$", line):
-            name = re.sub(r"^.*?:(?=[^/:]+(?: \[|$))", "", m.group(2).replace("'2", ""))
+            # "file:function [object]": file and object are dropped (a function's lines inlined from headers
+            # then count with it); a C++ name keeps its "::" (the first lone colon ends the file).
+            name = re.sub(r"^[^:\s]*:(?!:)", "", m.group(2).replace("'2", ""), count=1)
+            name = re.sub(r" \[[^\]]*\]$", "", name)  # the object too: inlined lines carry none
             costs[name] = costs.get(name, 0) + int(m.group(1).replace(",", ""))
     return costs
 
@@ -138,6 +141,7 @@ def main() -> int:
             if args.keep:
                 print_top(keep_a, keep_b, n)
                 if args.cache_sim:
+                    print_top(keep_a, keep_b, n, event="I1mr")
                     print_top(keep_a, keep_b, n, event="D1mr")
                     print_top(keep_a, keep_b, n, event="D1mw")
             print(f"{wname:10} {row['server']:40} {row['ir_per_request']:10.0f} instructions/request", flush=True)
