@@ -19,6 +19,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -390,6 +392,9 @@ void stats_endpoint::state::on_accept(const boost::system::error_code& ec, strea
     return;
   }
   if (!ec) {
+    // Close-on-exec, as the server's own connections: a process the app
+    // starts must not hold a dashboard's connection open.
+    (void)::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
     std::size_t live = 0;
     for (const stats_connection* c : connections) {
       live += c->stopped() ? 0U : 1U;

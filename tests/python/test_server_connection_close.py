@@ -82,7 +82,13 @@ def test_a_child_process_the_app_starts_does_not_hold_the_connection_open(server
     # libraries do) and outlives the response. The server's sockets are close-on-exec, so the child
     # holds none: when the server closes the connection the client sees the FIN at once, not when
     # the child exits.
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+    # A dashboard's keep-alive connection to the stats endpoint is open meanwhile: the child must not
+    # hold that one either.
+    stats_port = int(server.wait_log(STATS.pattern).group(1))
+    dashboard = socket.create_connection(("127.0.0.1", stats_port), timeout=10)
+    dashboard.sendall(b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert read_response(dashboard.makefile("rb"))[0] == 200
+    with dashboard, socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         s.sendall(b"GET /spawn?s=4 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         f = s.makefile("rb")
         status, _, body = read_response(f)
@@ -90,7 +96,7 @@ def test_a_child_process_the_app_starts_does_not_hold_the_connection_open(server
         t0 = time.monotonic()
         assert f.read() == b""
         assert time.monotonic() - t0 < 2.0, "the FIN waited for the app's child to exit"
-    child = int(body.split()[1])
-    fds = Path(f"/proc/{child}/fd")
-    held = [os.readlink(p) for p in fds.iterdir()] if fds.exists() else []
-    assert not [h for h in held if h.startswith("socket:")], held
+        child = int(body.split()[1])
+        fds = Path(f"/proc/{child}/fd")
+        held = [os.readlink(p) for p in fds.iterdir()] if fds.exists() else []
+        assert not [h for h in held if h.startswith("socket:")], held
