@@ -10,6 +10,7 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,8 +75,9 @@ io_thread::io_thread(pair_channels& channels, const core_pair_options& options)
   ch_.solo_busy_passes = options_.solo_busy_passes;
   ch_.solo_spin = options_.solo_spin;
   // A duplicate, so the descriptor object may close its copy while the
-  // parker keeps (and finally closes) the original.
-  const int fd = ::dup(ch_.io_parker.fd());
+  // parker keeps (and finally closes) the original. Close-on-exec like the
+  // original (dup() would drop the flag and a child process would inherit it).
+  const int fd = ::fcntl(ch_.io_parker.fd(), F_DUPFD_CLOEXEC, 0);
   if (fd < 0) {
     throw std::system_error(errno, std::generic_category(), "dup(parker fd)");
   }
