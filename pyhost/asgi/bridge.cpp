@@ -299,6 +299,7 @@ void bridge::release_python() {
   Py_CLEAR(create_future_);
   Py_CLEAR(scope_template_);
   Py_CLEAR(full_template_);
+  Py_CLEAR(first_base_);
   Py_CLEAR(state_);
   Py_CLEAR(none_ready_);
   Py_CLEAR(last_server_);

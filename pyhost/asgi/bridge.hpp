@@ -410,6 +410,10 @@ class bridge final : public loop_source {
   request_object* find_request(conn_state& cs, std::uint32_t seq) noexcept;
 
   PyObject* build_scope(const runtime::inbound_message& m, conn_state& cs);
+  /// Whether a connection's first request may copy first_base_ (made anew
+  /// for this request when the last one went unused for a while).
+  bool use_first_base(PyObject* version, PyObject* method, PyObject* path, PyObject* raw_path,
+                      PyObject* query);
   PyObject* build_headers(const http::request_head& head);
   PyObject* decode_path(std::string_view raw);
   PyObject* header_pair(const http::header_field& f);
@@ -523,6 +527,18 @@ class bridge final : public loop_source {
   PyObject* full_template_ = nullptr;
   bool full_template_state_ = false;       // made with the "state" key
   std::uint32_t template_generation_ = 0;  // counts the full_template_s made
+  // A connection's first request copies this when it asks what the last
+  // first request asked (method, target, query, HTTP version, listener):
+  // full_template_ with those keys set, so a new connection's scope takes
+  // two stores fewer than seven. The fb_ pointers are held by first_base_.
+  PyObject* first_base_ = nullptr;
+  std::uint32_t first_base_of_ = 0;  // the template_generation_ it was made from
+  PyObject* fb_version_ = nullptr;
+  PyObject* fb_server_ = nullptr;
+  PyObject* fb_method_ = nullptr;
+  PyObject* fb_raw_path_ = nullptr;
+  PyObject* fb_query_ = nullptr;
+  unsigned first_base_misses_ = 0;  // first requests in a row that asked something else
   std::size_t handled_ = 0;
   std::size_t active_tasks_ = 0;
   bool stopped_ = false;

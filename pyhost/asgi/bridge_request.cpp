@@ -618,7 +618,11 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
   }
   cs.had_request = true;
   const bool from_base = cs.scope_base != nullptr;
-  PyObject* scope = PyDict_Copy(from_base ? cs.scope_base : full_template_);
+  // Without a base of its own this is the connection's first request: it
+  // copies the bridge's first_base_ when that holds what it asks.
+  const bool from_first = !from_base && use_first_base(version, method, path, raw_path, query);
+  PyObject* scope =
+      PyDict_Copy(from_base ? cs.scope_base : from_first ? first_base_ : full_template_);
   if (scope == nullptr) {
     drop_parts();
     return nullptr;
@@ -640,15 +644,27 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
     }
     return put(key, value);
   };
-  const bool ok = ((from_base && cs.scope_base_v10 == (version == n_.v10)) ||
+  // From first_base_, the target's keys hold equal values already.
+  auto keep_first_base = [&] {
+    Py_CLEAR(method);
+    Py_CLEAR(path);
+    Py_CLEAR(raw_path);
+    Py_CLEAR(query);
+    return true;
+  };
+  const bool ok = ((from_base && cs.scope_base_v10 == (version == n_.v10)) || from_first ||
                    put(n_.http_version, Py_NewRef(version))) &&
-                  put_new(n_.method, std::exchange(method, nullptr), cs.base_method) &&
-                  put_new(n_.path, std::exchange(path, nullptr), cs.base_path) &&
-                  put_new(n_.raw_path, std::exchange(raw_path, nullptr), cs.base_raw_path) &&
-                  put_new(n_.query_string, std::exchange(query, nullptr), cs.base_query) &&
+                  (from_first
+                       ? keep_first_base()
+                       : put_new(n_.method, std::exchange(method, nullptr), cs.base_method) &&
+                             put_new(n_.path, std::exchange(path, nullptr), cs.base_path) &&
+                             put_new(n_.raw_path, std::exchange(raw_path, nullptr),
+                                     cs.base_raw_path) &&
+                             put_new(n_.query_string, std::exchange(query, nullptr),
+                                     cs.base_query)) &&
                   put(n_.headers, build_headers(head)) &&
                   (from_base || (put(n_.client, Py_NewRef(cs.client)) &&
-                                 put(n_.server, Py_NewRef(last_server_)))) &&
+                                 (from_first || put(n_.server, Py_NewRef(last_server_))))) &&
                   (state_ == nullptr || put(n_.state, PyDict_Copy(state_)));
   if (!ok) {
     // What a failed store left unstolen (the stores steal in order).
@@ -672,6 +688,46 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
     return nullptr;
   }
   return scope;
+}
+
+bool bridge::use_first_base(PyObject* version, PyObject* method, PyObject* path,
+                            PyObject* raw_path, PyObject* query) {
+  // (path is decoded from raw_path: equal raw bytes give an equal path.)
+  const bool valid = first_base_ != nullptr && first_base_of_ == template_generation_;
+  // The same version, listener and method objects; the target and query
+  // compared as bytes (a query's bytes are made per request). Equal raw
+  // bytes decode to an equal path.
+  if (valid && fb_version_ == version && fb_server_ == last_server_ && fb_method_ == method &&
+      bytes_of(fb_raw_path_) == bytes_of(raw_path) && bytes_of(fb_query_) == bytes_of(query)) {
+    first_base_misses_ = 0;
+    return true;
+  }
+  // Something else: the base is made anew for this request only once the
+  // last one went unused for 16 first requests in a row, so clients that
+  // each ask another target pay a build every 16th connection, and two
+  // targets taking turns keep the base of one.
+  if (valid && ++first_base_misses_ < 16) {
+    return false;
+  }
+  first_base_misses_ = 0;
+  PyObject* b = PyDict_Copy(full_template_);
+  if (b == nullptr || PyDict_SetItem(b, n_.http_version, version) != 0 ||
+      PyDict_SetItem(b, n_.server, last_server_) != 0 || PyDict_SetItem(b, n_.method, method) != 0 ||
+      PyDict_SetItem(b, n_.path, path) != 0 || PyDict_SetItem(b, n_.raw_path, raw_path) != 0 ||
+      PyDict_SetItem(b, n_.query_string, query) != 0) {
+    Py_XDECREF(b);
+    PyErr_Clear();  // only a shortcut: the scope is built the long way, which reports its own errors
+    Py_CLEAR(first_base_);
+    return false;
+  }
+  Py_XSETREF(first_base_, b);
+  first_base_of_ = template_generation_;
+  fb_version_ = version;
+  fb_server_ = last_server_;
+  fb_method_ = method;
+  fb_raw_path_ = raw_path;
+  fb_query_ = query;
+  return true;
 }
 
 // --------------------------------------------------------------- completion

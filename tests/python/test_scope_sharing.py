@@ -186,3 +186,35 @@ def test_requests_of_one_keep_alive_connection_each_get_a_fresh_scope(server: Se
             assert seen["server"] == ["127.0.0.1", server.port], (i, seen)
             assert seen["path"] == f"/k{i}" and not seen["added_key"], (i, seen)
             assert ["x-added-by-the-app", "1"] not in seen["headers"]
+
+
+def first_request(port: int, method: str, target: str, version: str = "1.1") -> tuple[dict, tuple]:
+    """What the app saw of the only request of a new connection, and the client's own address."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        local = s.getsockname()
+        s.sendall(f"{method} {target} HTTP/{version}\r\nHost: f.example\r\nContent-Length: 0\r\n"
+                  f"Connection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return json.loads(body), local
+
+
+def test_new_connections_each_get_their_own_request_line(server: ServerProcess) -> None:
+    # A connection's first request copies a scope made for the first request before it when it asks
+    # the same (method, target, query, version): each still sees its own request line and client,
+    # whatever the app did to the scope before, and a request that differs in any one part its own.
+    asks = [("GET", "/f?a=1", "1.1")] * 3 + [
+        ("POST", "/f?a=1", "1.1"), ("GET", "/f?a=1", "1.0"), ("GET", "/f?a=2", "1.1"), ("GET", "/f", "1.1"),
+        ("GET", "/g?a=1", "1.1"), ("GET", "/f?a=1", "1.1"), ("PATCH", "/%7Ef", "1.1"), ("GET", "/f?a=1", "1.1")]
+    asks += [("GET", f"/n{i}?i={i}", "1.1") for i in range(20)]  # a new target each: the copy is made anew
+    asks += [("GET", "/n19?i=19", "1.1"), ("GET", "/f?a=1", "1.1"), ("GET", "/n19?i=19", "1.1")] * 3
+    for i, (method, target, version) in enumerate(asks):
+        seen, local = first_request(server.port, method, target, version)
+        assert_own_target(seen, method, target, i)
+        assert seen["http_version"] == version, (i, seen)
+        assert seen["client"] == [local[0], local[1]], (i, seen)
+        assert seen["server"] == ["127.0.0.1", server.port], (i, seen)
+        assert ["x-added-by-the-app", "1"] not in seen["headers"], (i, seen)
