@@ -16,7 +16,14 @@
 
 namespace {
 
-using accept_test = direct_server_test;
+class accept_test : public direct_server_test {
+ public:
+  [[nodiscard]] std::uint16_t port_of() const { return port; }
+  bool pump_until_requests(std::size_t n) {
+    return pump_until([&] { return sink.count(sink_event::kind::request) == n; });
+  }
+  [[nodiscard]] sink_event last_request() const { return sink.requests().back(); }
+};
 using kind = sink_event::kind;
 using cadeloop::net::socket_address;
 
@@ -94,20 +101,27 @@ TEST_F(accept_test, EveryAcceptedSocketIsNonBlockingCloseOnExecAndNoDelay) {
   EXPECT_NE(::fcntl(lfd, F_GETFD) & FD_CLOEXEC, 0);
 }
 
-TEST_F(accept_test, ARequestCarriesItsConnectionsAddresses) {
-  for (const char* host : {"127.0.0.1", "0.0.0.0"}) {
-    sink.events.clear();
-    server.reset();
-    start(host);
-    for (int i = 0; i < 2; ++i) {
-      raw_client c{port};
-      ASSERT_TRUE(c.send(get_request("/a")));
-      ASSERT_TRUE(pump_until([&] { return sink.count(kind::request) == std::size_t(i) + 1; }));
-      const sink_event e = sink.requests().back();
-      EXPECT_TRUE(same(e.client, name_of(c.fd(), false))) << host << " " << e.client.to_string();
-      EXPECT_EQ(e.server.to_string(), "127.0.0.1:" + std::to_string(port)) << host;
-    }
+// Two connections' requests carry each one's own peer address and the
+// address the client dialled.
+void expect_own_addresses(accept_test& t, const char* host) {
+  for (std::size_t i = 0; i < 2; ++i) {
+    raw_client c{t.port_of()};
+    ASSERT_TRUE(c.send(get_request("/a")));
+    ASSERT_TRUE(t.pump_until_requests(i + 1));
+    const sink_event e = t.last_request();
+    EXPECT_TRUE(same(e.client, name_of(c.fd(), false))) << host << " " << e.client.to_string();
+    EXPECT_EQ(e.server.to_string(), "127.0.0.1:" + std::to_string(t.port_of())) << host;
   }
+}
+
+TEST_F(accept_test, ARequestCarriesItsConnectionsAddresses) {
+  start("127.0.0.1");
+  expect_own_addresses(*this, "127.0.0.1");
+}
+
+TEST_F(accept_test, OnAWildcardListenerTheServerAddressIsTheOneDialled) {
+  start("0.0.0.0");
+  expect_own_addresses(*this, "0.0.0.0");
 }
 
 }  // namespace
