@@ -410,6 +410,11 @@ class bridge final : public loop_source {
   request_object* find_request(conn_state& cs, std::uint32_t seq) noexcept;
 
   PyObject* build_scope(const runtime::inbound_message& m, conn_state& cs);
+  /// A copy of full_template_ with the request line's keys and `server` set
+  /// (the start of a connection's base and of first_base_); null with an
+  /// exception set on failure.
+  PyObject* template_for(PyObject* version, PyObject* method, PyObject* path, PyObject* raw_path,
+                         PyObject* query);
   /// Whether a connection's first request may copy first_base_ (made anew
   /// for this request when the last one went unused for a while).
   bool use_first_base(PyObject* version, PyObject* method, PyObject* path, PyObject* raw_path,

@@ -597,13 +597,8 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
   // the keys that stay for the connection (and its second request's target):
   // up to seven dict stores fewer each.
   if (cs.scope_base == nullptr && cs.had_request) {
-    PyObject* b = PyDict_Copy(full_template_);
-    if (b == nullptr || PyDict_SetItem(b, n_.http_version, version) != 0 ||
-        PyDict_SetItem(b, n_.client, cs.client) != 0 ||
-        PyDict_SetItem(b, n_.server, last_server_) != 0 ||
-        PyDict_SetItem(b, n_.method, method) != 0 || PyDict_SetItem(b, n_.path, path) != 0 ||
-        PyDict_SetItem(b, n_.raw_path, raw_path) != 0 ||
-        PyDict_SetItem(b, n_.query_string, query) != 0) {
+    PyObject* b = template_for(version, method, path, raw_path, query);
+    if (b == nullptr || PyDict_SetItem(b, n_.client, cs.client) != 0) {
       Py_XDECREF(b);
       drop_parts();
       return nullptr;
@@ -690,6 +685,19 @@ PyObject* bridge::build_scope(const runtime::inbound_message& m, conn_state& cs)
   return scope;
 }
 
+PyObject* bridge::template_for(PyObject* version, PyObject* method, PyObject* path,
+                               PyObject* raw_path, PyObject* query) {
+  PyObject* b = PyDict_Copy(full_template_);
+  if (b == nullptr || PyDict_SetItem(b, n_.http_version, version) != 0 ||
+      PyDict_SetItem(b, n_.server, last_server_) != 0 || PyDict_SetItem(b, n_.method, method) != 0 ||
+      PyDict_SetItem(b, n_.path, path) != 0 || PyDict_SetItem(b, n_.raw_path, raw_path) != 0 ||
+      PyDict_SetItem(b, n_.query_string, query) != 0) {
+    Py_XDECREF(b);
+    return nullptr;
+  }
+  return b;
+}
+
 bool bridge::use_first_base(PyObject* version, PyObject* method, PyObject* path,
                             PyObject* raw_path, PyObject* query) {
   // (path is decoded from raw_path: equal raw bytes give an equal path.)
@@ -710,12 +718,8 @@ bool bridge::use_first_base(PyObject* version, PyObject* method, PyObject* path,
     return false;
   }
   first_base_misses_ = 0;
-  PyObject* b = PyDict_Copy(full_template_);
-  if (b == nullptr || PyDict_SetItem(b, n_.http_version, version) != 0 ||
-      PyDict_SetItem(b, n_.server, last_server_) != 0 || PyDict_SetItem(b, n_.method, method) != 0 ||
-      PyDict_SetItem(b, n_.path, path) != 0 || PyDict_SetItem(b, n_.raw_path, raw_path) != 0 ||
-      PyDict_SetItem(b, n_.query_string, query) != 0) {
-    Py_XDECREF(b);
+  PyObject* b = template_for(version, method, path, raw_path, query);
+  if (b == nullptr) {
     PyErr_Clear();  // only a shortcut: the scope is built the long way, which reports its own errors
     Py_CLEAR(first_base_);
     return false;
