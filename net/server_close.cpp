@@ -4,6 +4,8 @@
 
 #include "server_impl.hpp"
 
+#include <sys/socket.h>
+
 #include <time.h>
 
 #include <chrono>
@@ -99,6 +101,13 @@ void http_server::impl::begin_close(connection& c) {
     // without keep-alive) and all of it was read: nothing more is coming, so
     // a close sends a FIN, not a reset, and there is nothing to linger for
     // (a shutdown, a read of the client's FIN and a wait less per connection).
+    if (c.fin_corked) {
+      // The response's tail waits for our FIN (write_once): the shutdown
+      // sends both now. A close alone would too, unless bytes the client
+      // sent after its last request are unread: then the close sends a
+      // reset and the kernel drops what it still holds, our response.
+      ::shutdown(c.socket->native_handle(), SHUT_WR);
+    }
     close_now(c);
     return;
   }

@@ -107,7 +107,7 @@ struct connection {
     out.clear();
     out_offset = 0;
     unsent = 0;
-    write_armed = dirty = drain_wanted = false;
+    write_armed = dirty = drain_wanted = fin_corked = false;
     lingered = 0;
     client_text.clear();
     ws.reset();
@@ -167,6 +167,10 @@ struct connection {
   bool write_armed = false;
   bool dirty = false;
   bool drain_wanted = false;
+  // The connection's last bytes went out with MSG_MORE: the kernel holds
+  // their tail until our FIN (a shutdown or the close), which then leaves in
+  // the same segment (write_once, begin_close).
+  bool fin_corked = false;
   std::uint64_t lingered = 0;
 
   // A WebSocket upgrade handed to the app, then the accepted WebSocket

@@ -341,7 +341,10 @@ class http_server::impl {
   // What read_some / write_some are on a plain connection; the handshake
   // runs inside the first reads.
   std::size_t recv_some(connection& c, char* p, std::size_t n, error_code& ec);
-  std::size_t send_some(connection& c, const std::vector<asio::const_buffer>& iov, error_code& ec);
+  // `flags`: extra send(2) flags on a plain connection (MSG_MORE for its last
+  // bytes, see write_once); a TLS connection ignores them.
+  std::size_t send_some(connection& c, const std::vector<asio::const_buffer>& iov, error_code& ec,
+                        int flags = 0);
   // arm_read's part: true when the read was armed here (bytes held inside
   // OpenSSL, or a read that waits for writability).
   bool tls_arm_read(connection& c);

@@ -264,15 +264,15 @@ bool http_server::impl::tls_arm_read(connection& c) {
 }
 
 std::size_t http_server::impl::send_some(connection& c, const std::vector<asio::const_buffer>& iov,
-                                         error_code& ec) {
+                                         error_code& ec, int flags) {
   if (!c.tls.active()) {
     if (iov.size() == 1 && iov[0].size() > 0) {
       // One piece (a head with a small body is built as one): send(2).
       // sendmsg(2) would make the kernel import a msghdr and an iovec for
       // every response.
-      return send_one(c.socket->native_handle(), iov[0].data(), iov[0].size(), ec);
+      return send_one(c.socket->native_handle(), iov[0].data(), iov[0].size(), ec, flags);
     }
-    return send_gather(c.socket->native_handle(), iov, ec);
+    return send_gather(c.socket->native_handle(), iov, ec, flags);
   }
   ec = {};
   SSL* s = c.tls.ssl.get();

@@ -16,10 +16,10 @@ boost::system::error_code socket_error(int err) noexcept {
   return {err, boost::system::system_category()};
 }
 
-std::size_t send_one(int fd, const void* data, std::size_t size,
-                     boost::system::error_code& ec) noexcept {
+std::size_t send_one(int fd, const void* data, std::size_t size, boost::system::error_code& ec,
+                     int flags) noexcept {
   for (;;) {
-    const ssize_t r = ::send(fd, data, size, MSG_NOSIGNAL);
+    const ssize_t r = ::send(fd, data, size, MSG_NOSIGNAL | flags);
     if (r >= 0) {
       ec = {};
       return static_cast<std::size_t>(r);
@@ -32,7 +32,7 @@ std::size_t send_one(int fd, const void* data, std::size_t size,
 }
 
 std::size_t send_gather(int fd, const std::vector<boost::asio::const_buffer>& iov,
-                        boost::system::error_code& ec) noexcept {
+                        boost::system::error_code& ec, int flags) noexcept {
   std::array<iovec, 64> v{};
   std::size_t count = 0;
   std::size_t total = 0;
@@ -53,7 +53,7 @@ std::size_t send_gather(int fd, const std::vector<boost::asio::const_buffer>& io
   m.msg_iov = v.data();
   m.msg_iovlen = count;
   for (;;) {
-    const ssize_t r = ::sendmsg(fd, &m, MSG_NOSIGNAL);
+    const ssize_t r = ::sendmsg(fd, &m, MSG_NOSIGNAL | flags);
     if (r >= 0) {
       return static_cast<std::size_t>(r);
     }

@@ -21,14 +21,16 @@ namespace cadeloop::net {
 /// MSG_NOSIGNAL (a gone peer is EPIPE, not SIGPIPE) and EINTR retried: the
 /// bytes the kernel took, or 0 with `ec` set (would_block when the socket
 /// is full). Used for a write of one piece, where Asio would take sendmsg(2).
-std::size_t send_one(int fd, const void* data, std::size_t size,
-                     boost::system::error_code& ec) noexcept;
+/// `flags` are added to the call's (MSG_MORE for a connection's last bytes).
+std::size_t send_one(int fd, const void* data, std::size_t size, boost::system::error_code& ec,
+                     int flags = 0) noexcept;
 
 /// One sendmsg(2) of the pieces in `iov` (at most the first 64, as Asio's
 /// write_some), MSG_NOSIGNAL, EINTR retried: the bytes the kernel took, or 0
-/// with `ec` set. Nothing to send is 0 with no error and no call.
+/// with `ec` set. Nothing to send is 0 with no error and no call. `flags`
+/// as for send_one.
 std::size_t send_gather(int fd, const std::vector<boost::asio::const_buffer>& iov,
-                        boost::system::error_code& ec) noexcept;
+                        boost::system::error_code& ec, int flags = 0) noexcept;
 
 /// One recv(2) of up to `size` bytes, EINTR retried: the bytes read; 0 with
 /// Asio's `eof` when the peer closed its side (and `size` > 0), or 0 with

@@ -60,6 +60,51 @@ def test_a_client_whose_request_is_its_last_is_let_go_at_once(server: ServerProc
         assert wait_open(server, 0) == 0
 
 
+# struct tcp_info (linux/tcp.h): tcpi_segs_in, the segments the socket received, is the u32 at byte 140.
+TCPI_SEGS_IN = 140
+
+
+def segments_received(s: socket.socket) -> int:
+    info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    return int.from_bytes(info[TCPI_SEGS_IN:TCPI_SEGS_IN + 4], "little")
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    b"GET /hello HTTP/1.0\r\nHost: x\r\n\r\n",
+], ids=["http11-connection-close", "http10"])
+def test_the_last_response_and_the_servers_fin_share_one_segment(server: ServerProcess,
+                                                                  request_bytes: bytes) -> None:
+    # A connection that ends with its response: the FIN rides in the response's last segment, so the
+    # client takes the SYN-ACK, the acknowledgement of its request and one segment with both, instead
+    # of a response and then a bare FIN (two packets more per connection, each way with its ACK).
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(request_bytes)
+        f = s.makefile("rb")
+        status, _, body = read_response(f)
+        assert (status, body) == (200, b"Hello, World!"), (status, body)
+        assert f.read() == b""
+        assert segments_received(s) == 3
+
+
+def test_bytes_sent_after_the_last_request_do_not_cost_the_response(server: ServerProcess) -> None:
+    # The client says its request is its last, then sends more while the app works (a pipelining
+    # client, or junk). The server reads no further and closes with those bytes unread, which makes
+    # the kernel answer with a reset: the response, held for the FIN, must have left before it.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(b"GET /slow?delay=0.3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        time.sleep(0.1)
+        s.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.5)  # the response, its FIN and the reset have all arrived by now
+        got = b""
+        try:
+            while chunk := s.recv(65536):
+                got += chunk
+        except ConnectionResetError:
+            pass
+        assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"\r\n\r\nslow done"), got
+
+
 def test_a_connection_the_server_closes_lingers_until_the_client_closes(server: ServerProcess) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
         s.sendall(b"GET /raise HTTP/1.1\r\nHost: x\r\n\r\n")  # keep-alive; the app error closes it
