@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <exception>
 #include <mutex>
 #include <utility>
@@ -109,8 +110,15 @@ void app_side::send(net::connection_id conn, std::uint32_t request, net::byte_bu
   outbound_command cmd = response_part(outbound_kind::send, conn, request, bytes, options);
   cmd.end_of_response = options.end_of_response;
   cmd.notify_drained = options.notify_drained;
+  const bool carries_head = held_head_ != nullptr && held_conn_ == conn;
+  if (carries_head) {
+    cmd.head = held_head_;  // the I/O thread gives it back before it sends
+  }
   stage(cmd);
   (void)bytes.release();  // the ring owns them now
+  if (carries_head) {
+    held_head_ = nullptr;
+  }
 }
 
 void app_side::send_file(net::connection_id conn, std::uint32_t request, int fd,
@@ -150,12 +158,37 @@ void app_side::recycle(net::connection_id conn, std::unique_ptr<http::request_he
   if (!head) {
     return;
   }
+  if (held_head_ != nullptr) {
+    // The one held before goes alone (this may throw: `head` is not taken).
+    outbound_command cmd;
+    cmd.kind = outbound_kind::recycle;
+    cmd.conn = held_conn_;
+    cmd.head = held_head_;
+    stage(cmd);
+    held_head_ = nullptr;
+  }
+  held_conn_ = conn;
+  held_head_ = head.release();
+}
+
+void app_side::stage_held_head() noexcept {
+  if (held_head_ == nullptr) {
+    return;
+  }
   outbound_command cmd;
   cmd.kind = outbound_kind::recycle;
-  cmd.conn = conn;
-  cmd.head = head.get();
-  stage(cmd);
-  (void)head.release();
+  cmd.conn = held_conn_;
+  cmd.head = held_head_;
+  try {
+    stage(cmd);
+    held_head_ = nullptr;
+  } catch (const std::bad_alloc&) {
+    // Still held: the next publish stages it.
+  }
+}
+
+app_side::~app_side() {
+  delete held_head_;  // never staged: nothing else owns it
 }
 
 void app_side::ws_accept(net::connection_id conn, std::uint32_t request,
@@ -216,6 +249,7 @@ void app_side::ws_close(net::connection_id conn, std::uint16_t code, std::string
 std::size_t app_side::flush() noexcept {
   app_counters& ctr = ch_.page.app;
   ctr.loop_ticks.add();
+  stage_held_head();
   const std::size_t n = ch_.outbound.publish();
   if (n != 0) {
     ctr.outbound_published.add(n);
@@ -267,6 +301,7 @@ void app_side::write_through() noexcept {
   if (solo_last_read_ > 1 || !serves_sockets()) {
     return;
   }
+  stage_held_head();
   const std::size_t n = ch_.outbound.publish();
   if (n != 0) {
     ch_.page.app.outbound_published.add(n);

@@ -442,6 +442,14 @@ void io_thread::after_wake_handlers() noexcept {
 }
 
 std::size_t io_thread::drain_outbound() {
+  // The responses this batch ends share one clock reading (http_server::begin_batch).
+  struct batch {
+    net::http_server& s;
+    explicit batch(net::http_server& server) : s{server} { s.begin_batch(); }
+    batch(const batch&) = delete;
+    batch& operator=(const batch&) = delete;
+    ~batch() { s.end_batch(); }
+  } in_batch{*server_};
   const std::size_t n =
       ch_.outbound.drain([this](const outbound_command& cmd) { apply(cmd); }, outbound_per_pass);
   ch_.page.io_loop.outbound_taken.add(n);
@@ -453,6 +461,11 @@ void io_thread::apply(const outbound_command& cmd) {
   net::byte_buffer bytes = cmd.pooled ? net::byte_buffer::adopt_pooled(cmd.data, cmd.size)
                                       : net::byte_buffer::adopt(cmd.data, cmd.size);
   std::unique_ptr<http::request_head> head{cmd.head};
+  if (head) {
+    // A head given back (a recycle, or carried by its request's response):
+    // before the command, which may close the connection and its pool.
+    server_->recycle_head(cmd.conn, std::move(head));
+  }
   switch (cmd.kind) {
     case outbound_kind::send:
       server_->send(
@@ -492,9 +505,6 @@ void io_thread::apply(const outbound_command& cmd) {
                          net::send_flags{true, cmd.keep_alive, false, cmd.status});
       break;
     }
-  }
-  if (head) {
-    server_->recycle_head(cmd.conn, std::move(head));
   }
 }
 

@@ -112,6 +112,7 @@ class app_side {
  public:
   app_side(const app_side&) = delete;
   app_side& operator=(const app_side&) = delete;
+  ~app_side();
 
   /// Takes up to `max` published messages, oldest first, calling
   /// `fn(inbound_message&&)` for each; returns how many. If `fn` throws, the
@@ -168,8 +169,10 @@ class app_side {
   void close(net::connection_id conn);
   /// Stages "close `conn` now". May throw std::bad_alloc. App thread.
   void abort(net::connection_id conn);
-  /// Stages a head to give back to the I/O thread's parser pool. Throws
-  /// std::bad_alloc before taking `head`. App thread.
+  /// Gives a head back to the I/O thread's parser pool: it rides with the
+  /// next send() for `conn` (the request's answer, usually), or goes as a
+  /// command of its own before the next publish. Throws std::bad_alloc
+  /// before taking `head`. App thread.
   void recycle(net::connection_id conn, std::unique_ptr<http::request_head>&& head);
 
   /// Stages "accept the WebSocket upgrade `request` of `conn`" with the chosen
@@ -271,11 +274,18 @@ class app_side {
   explicit app_side(pair_channels& ch) noexcept : ch_{ch} {}
   static inbound_message adopt(const inbound_event& ev) noexcept;
   void stage(const outbound_command& cmd);
+  // Stages the held head (recycle()) as a command of its own; kept held if
+  // that cannot allocate (the next publish tries again).
+  void stage_held_head() noexcept;
   void serve_ready_sockets() noexcept;
   bool serve_sockets(bool poll) noexcept;
   void give_sockets_back() noexcept;
 
   pair_channels& ch_;
+  // The head recycle() took last, until a send() for its connection carries
+  // it or a publish stages it alone: one command fewer per request.
+  net::connection_id held_conn_{};
+  http::request_head* held_head_ = nullptr;
   // The shared-CPU yield window before a park (try_park); cpu_known_: this
   // thread's CPU was written to ch_.app_cpu.
   shared_cpu_yield yield_;
