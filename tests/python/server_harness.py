@@ -114,6 +114,19 @@ def raw_exchange(port: int, data: bytes, timeout: float = 5.0, shut: bool = Fals
         return b"".join(chunks)
 
 
+def rest_of(f) -> bytes:  # type: ignore[no-untyped-def]
+    """What the server sends from here up to its close, from a socket file. A client that sends after its
+    own `Connection: close` request may find the server's socket already closed, and its unread bytes then
+    make the close a reset (RFC 9112 9.6): both end the connection, and neither carries an answer."""
+    got = b""
+    try:
+        while chunk := f.read1(65536):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    return got
+
+
 def read_response(f) -> tuple[int, dict[str, str], bytes]:  # type: ignore[no-untyped-def]
     """Reads one HTTP/1.1 response (Content-Length or chunked) from a socket file."""
     status_line = f.readline()

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server_harness import ServerProcess, read_response
+from server_harness import ServerProcess, read_response, rest_of
 
 STATS = re.compile(r"stats endpoint on http://127\.0\.0\.1:(\d+)/")
 
@@ -96,12 +96,7 @@ def test_bytes_sent_after_the_last_request_do_not_cost_the_response(server: Serv
         time.sleep(0.1)
         s.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
         time.sleep(0.5)  # the response, its FIN and the reset have all arrived by now
-        got = b""
-        try:
-            while chunk := s.recv(65536):
-                got += chunk
-        except ConnectionResetError:
-            pass
+        got = rest_of(s.makefile("rb"))
         assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"\r\n\r\nslow done"), got
 
 

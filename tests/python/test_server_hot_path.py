@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from server_harness import ServerProcess, read_response
+from server_harness import ServerProcess, read_response, rest_of
 
 
 @pytest.fixture
@@ -27,19 +27,6 @@ def server(tmp_path: Path):
     srv = ServerProcess("hot_path_app:app", "--cores", "1", tmp=tmp_path).start()
     yield srv
     srv.stop()
-
-
-def rest_of(f) -> bytes:  # type: ignore[no-untyped-def]
-    """What the server sends after its last response, up to its close. A client that sends after its own
-    `Connection: close` request may find the server's socket already closed, and its unread bytes then
-    make the close a reset (RFC 9112 9.6): both end the connection, and neither carries an answer."""
-    got = b""
-    try:
-        while chunk := f.read1(65536):
-            got += chunk
-    except ConnectionResetError:
-        pass
-    return got
 
 
 def get(i: int, delay: float = 0.0, close: bool = False) -> bytes:
