@@ -150,14 +150,6 @@ void http_server::recycle_head(connection_id conn, std::unique_ptr<http::request
   impl_->recycle_head(conn, std::move(head));
 }
 
-void http_server::begin_batch() noexcept {
-  impl_->begin_batch();
-}
-
-void http_server::end_batch() noexcept {
-  impl_->end_batch();
-}
-
 void http_server::flush_writes() {
   impl_->flush_writes();
 }

@@ -91,23 +91,6 @@ class http_server::impl {
 
   void flush_writes();
 
-  void begin_batch() noexcept {
-    batch_ = true;
-    batch_clock_read_ = false;
-  }
-  void end_batch() noexcept { batch_ = false; }
-  // When a response ended: one reading per batch of the app's commands.
-  clock_type::time_point completion_time() noexcept {
-    if (!batch_) {
-      return clock_type::now();
-    }
-    if (!batch_clock_read_) {
-      batch_now_ = clock_type::now();
-      batch_clock_read_ = true;
-    }
-    return batch_now_;
-  }
-
   [[nodiscard]] bool has_dirty() const noexcept { return !dirty_.empty(); }
   [[nodiscard]] int reactor_descriptor() const noexcept { return reactor_fd_of(io_); }
   [[nodiscard]] bool has_ready_handlers() const noexcept { return net::has_ready_handlers(io_); }
@@ -395,10 +378,6 @@ class http_server::impl {
   asio::steady_timer accept_retry_;
   std::vector<connection_id> dirty_;
   std::vector<connection_id> dirty_swap_;
-  // begin_batch() .. end_batch(): completion_time() reads the clock once.
-  bool batch_ = false;
-  bool batch_clock_read_ = false;
-  clock_type::time_point batch_now_{};
   std::vector<asio::const_buffer> iov_;
   http_server::block_sink block_sink_ = nullptr;  // set_block_sink
   void* block_ctx_ = nullptr;

@@ -138,7 +138,7 @@ void http_server::impl::queue_error_response(connection& c, std::uint16_t status
 // The head-of-line response finished: move on to the next request, whose
 // response may already be waiting (pipelining), and give the parser credit.
 void http_server::impl::finish_hol(connection& c, bool keep_alive) {
-  const clock_type::time_point now = completion_time();
+  const clock_type::time_point now = clock_type::now();
   for (;;) {
     complete_record(c, now);
     const std::uint32_t done = c.hol_seq;

@@ -442,14 +442,6 @@ void io_thread::after_wake_handlers() noexcept {
 }
 
 std::size_t io_thread::drain_outbound() {
-  // The responses this batch ends share one clock reading (http_server::begin_batch).
-  struct batch {
-    net::http_server& s;
-    explicit batch(net::http_server& server) : s{server} { s.begin_batch(); }
-    batch(const batch&) = delete;
-    batch& operator=(const batch&) = delete;
-    ~batch() { s.end_batch(); }
-  } in_batch{*server_};
   const std::size_t n =
       ch_.outbound.drain([this](const outbound_command& cmd) { apply(cmd); }, outbound_per_pass);
   ch_.page.io_loop.outbound_taken.add(n);

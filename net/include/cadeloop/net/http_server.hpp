@@ -254,13 +254,6 @@ class http_server {
   /// connection is gone). I/O thread.
   void recycle_head(connection_id conn, std::unique_ptr<http::request_head> head);
 
-  /// Between `begin_batch()` and `end_batch()` (the app's commands taken
-  /// from the ring in one go, a few microseconds), the responses that end
-  /// share one clock reading for their latency and access-log duration,
-  /// taken at the first of them. I/O thread.
-  void begin_batch() noexcept;
-  void end_batch() noexcept;
-
   /// Writes every connection that has new output: at most one write system
   /// call per connection per call; what the socket does not take waits for
   /// writability. I/O thread.
