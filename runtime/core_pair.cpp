@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <utility>
 
 namespace cadeloop::runtime {
@@ -159,29 +159,27 @@ void app_side::recycle(net::connection_id conn, std::unique_ptr<http::request_he
     return;
   }
   if (held_head_ != nullptr) {
-    // The one held before goes alone (this may throw: `head` is not taken).
-    outbound_command cmd;
-    cmd.kind = outbound_kind::recycle;
-    cmd.conn = held_conn_;
-    cmd.head = held_head_;
-    stage(cmd);
-    held_head_ = nullptr;
+    stage_held_alone();  // the one held before (may throw: `head` is not taken)
   }
   held_conn_ = conn;
   held_head_ = head.release();
+}
+
+void app_side::stage_held_alone() {
+  outbound_command cmd;
+  cmd.kind = outbound_kind::recycle;
+  cmd.conn = held_conn_;
+  cmd.head = held_head_;
+  stage(cmd);
+  held_head_ = nullptr;
 }
 
 void app_side::stage_held_head() noexcept {
   if (held_head_ == nullptr) {
     return;
   }
-  outbound_command cmd;
-  cmd.kind = outbound_kind::recycle;
-  cmd.conn = held_conn_;
-  cmd.head = held_head_;
   try {
-    stage(cmd);
-    held_head_ = nullptr;
+    stage_held_alone();
   } catch (const std::bad_alloc&) {
     // Still held: the next publish stages it.
   }

@@ -274,8 +274,10 @@ class app_side {
   explicit app_side(pair_channels& ch) noexcept : ch_{ch} {}
   static inbound_message adopt(const inbound_event& ev) noexcept;
   void stage(const outbound_command& cmd);
-  // Stages the held head (recycle()) as a command of its own; kept held if
-  // that cannot allocate (the next publish tries again).
+  // Stages the held head (recycle()) as a command of its own: the first
+  // throws std::bad_alloc and keeps it held; the second, before a publish,
+  // keeps it held for the next publish if that cannot allocate.
+  void stage_held_alone();
   void stage_held_head() noexcept;
   void serve_ready_sockets() noexcept;
   bool serve_sockets(bool poll) noexcept;
