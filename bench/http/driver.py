@@ -22,6 +22,8 @@ and after each measured run, so CPU per request covers every thread and worker.
     python bench/http/driver.py --servers cadeloop,cadeloop-log --workloads plaintext --rounds 12 --duration 3
                                                    # all servers up at once, measured in turn: paired ratios
     python bench/http/driver.py --baseline ../old --servers cadeloop-base,cadeloop --workloads plaintext --rounds 12
+    python bench/http/driver.py --servers cadeloop,cadeloop-rs,c-floor --workloads openloop --openloop-rate 118000 \
+        --rounds 3 --duration 10                          # the open loop at one offered rate for all
                                                    # an older build (another checkout's .venv) against this one
 
 Writes a Markdown table and the raw figures to bench/results/.
@@ -288,6 +290,8 @@ def capacity_rate(server: Server, proc: subprocess.Popen, port: int, w: Workload
     does not offer a server more than it can take now; 0 for a closed-loop workload."""
     if not w.open_loop_share:
         return 0.0
+    if args.openloop_rate:
+        return args.openloop_rate  # one offered rate for every server (--openloop-rate)
     figures, _ = run_load(port, WORKLOADS["plaintext"], max(2, args.warmup), args.load_cpu)
     return w.open_loop_share * figures.get("rps", 0.0)
 
@@ -641,7 +645,15 @@ def main() -> int:
     p.add_argument("--idle-counts", default="",
                    help="idle keep-alive levels to measure memory at, e.g. 1000,10000 (--suite: 1000,10000)")
     p.add_argument("--timers", action="store_true", help="measure the loops' timers and wake-ups (--suite: on)")
+    p.add_argument("--openloop-rate", type=float, default=0.0,
+                   help="the open loop at this many requests per second for every server, instead of 80 %% of "
+                   "each one's own capacity: latency compared at one offered load (a server slower than the rate "
+                   "is overloaded)")
     args = p.parse_args()
+    if args.openloop_rate < 0:
+        p.error(f"--openloop-rate must be a rate in requests per second, got {args.openloop_rate:g}")
+    if args.openloop_rate:
+        WORKLOADS["openloop"].name = f"open loop at {args.openloop_rate:,.0f} requests/s, 64 connections"
     if args.setup:
         setup_peers()
         return 0
