@@ -100,6 +100,7 @@ outbound_command response_part(outbound_kind kind, net::connection_id conn, std:
   cmd.data = bytes.data();
   cmd.size = bytes.size();
   cmd.pooled = bytes.pooled();
+  cmd.owner = bytes.owner();
   return cmd;
 }
 
@@ -371,7 +372,8 @@ void app_side::give_sockets_back() noexcept {
 
 bool app_side::try_park() noexcept {
   const auto work_visible = [this] {
-    return ch_.inbound.has_pending() || ch_.io_stopped.load(std::memory_order_seq_cst);
+    return ch_.inbound.has_pending() || ch_.io_stopped.load(std::memory_order_seq_cst) ||
+           ch_.owners.waiting();
   };
   idled_ = true;  // the loop has nothing else to do
   const bool serving = serves_sockets();
@@ -428,7 +430,12 @@ void dispose(const inbound_event& ev) noexcept {
   }
 }
 
-void dispose(const outbound_command& cmd) noexcept {
+void dispose(const outbound_command& cmd, owner_return& owners) noexcept {
+  if (cmd.owner != nullptr) {
+    owners.give(cmd.owner);  // borrowed bytes: never ours to free
+    delete cmd.head;
+    return;
+  }
   if (cmd.kind == outbound_kind::send_file && cmd.size >= sizeof(file_send)) {
     file_send f;  // the file the I/O thread would have sent and closed
     std::memcpy(&f, cmd.data, sizeof f);
@@ -470,7 +477,7 @@ core_pair::core_pair(core_pair_options options)
 core_pair::~core_pair() {
   io_.reset();  // stops and joins the thread if it still runs
   ch_->inbound.dispose_all([](const inbound_event& ev) { dispose(ev); });
-  ch_->outbound.dispose_all([](const outbound_command& cmd) { dispose(cmd); });
+  ch_->outbound.dispose_all([this](const outbound_command& cmd) { dispose(cmd, ch_->owners); });
 }
 
 std::string core_pair::start() {

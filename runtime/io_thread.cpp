@@ -8,9 +8,9 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -450,8 +450,11 @@ std::size_t io_thread::drain_outbound() {
 
 void io_thread::apply(const outbound_command& cmd) {
   // Adopt every pointer first, so nothing leaks if applying throws.
-  net::byte_buffer bytes = cmd.pooled ? net::byte_buffer::adopt_pooled(cmd.data, cmd.size)
-                                      : net::byte_buffer::adopt(cmd.data, cmd.size);
+  net::byte_buffer bytes =
+      cmd.owner != nullptr
+          ? net::byte_buffer::borrow(cmd.data, cmd.size, cmd.owner, ch_.owners.sink())
+      : cmd.pooled ? net::byte_buffer::adopt_pooled(cmd.data, cmd.size)
+                   : net::byte_buffer::adopt(cmd.data, cmd.size);
   std::unique_ptr<http::request_head> head{cmd.head};
   if (head) {
     // A head given back (a recycle, or carried by its request's response):

@@ -256,6 +256,7 @@ bridge::~bridge() {
 }
 
 void bridge::release_python() {
+  release_owners();  // what the I/O side wrote or dropped before it stopped
   // Live requests outlive us only through their tasks; cut them loose.
   for (request_object* r = live_.live_next; r != nullptr && r != &live_;) {
     request_object* next = r->live_next;
@@ -355,7 +356,22 @@ void bridge::cancel_tasks() {
 }
 // --------------------------------------------------------------- loop_source
 
+void bridge::release_owners() {
+  try {
+    side_.take_owners(owners_scratch_);
+  } catch (const std::bad_alloc&) {
+    return;  // still held there: the next pass takes them
+  }
+  for (void* owner : owners_scratch_) {
+    Py_DECREF(static_cast<PyObject*>(owner));
+  }
+  owners_scratch_.clear();
+}
+
 int bridge::run() {
+  if (side_.owners_waiting()) {
+    release_owners();
+  }
   if (stopped_) {
     return 0;
   }

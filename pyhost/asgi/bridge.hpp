@@ -478,6 +478,11 @@ class bridge final : public loop_source {
   /// else kept it, not even a weak reference); else released.
   static void release_callable(PyObject*& fn, std::vector<PyObject*>& spares);
   void release_python();
+  // Releases the app objects whose bytes were sent borrowed (send_body) and
+  // have come back written or dropped. App thread, with the GIL.
+  void release_owners();
+  // Bodies from this size up are sent from the app's bytes object, not copied.
+  static constexpr std::size_t borrow_min_body = 16 * 1024;
 
   runtime::app_side& side_;
   bridge_options options_;
@@ -509,10 +514,10 @@ class bridge final : public loop_source {
   PyObject* last_path_ = nullptr;  // the last target's scope["path"] and scope["raw_path"], shared
   PyObject* last_raw_path_ = nullptr;
   std::string last_raw_text_;
-  PyObject* last_client_host_ = nullptr;  // the last client's host str, shared
+  PyObject* last_client_host_ = nullptr;    // the last client's host str, shared
   net::socket_address last_client_addr_{};  // whose address it is (the port aside)
-  PyObject* done_context_ = nullptr;  // the empty Context the tasks' done callbacks run in
-  PyObject* done_kwnames_ = nullptr;  // ("context",)
+  PyObject* done_context_ = nullptr;        // the empty Context the tasks' done callbacks run in
+  PyObject* done_kwnames_ = nullptr;        // ("context",)
   std::vector<conn_state> conns_;
   struct deferred_start {
     request_object* r;  // strong
@@ -525,6 +530,7 @@ class bridge final : public loop_source {
   // App header fields checked once, for every HTTP response this thread encodes.
   http::header_line_cache header_lines_;
   std::string scratch_;
+  std::vector<void*> owners_scratch_;  // release_owners()'s
   std::string path_scratch_;
   std::vector<http::header_field> fields_scratch_;  // encode_head's view of the app's headers
   // scope_template_ plus every key build_scope sets (values None), so a

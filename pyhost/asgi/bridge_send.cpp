@@ -4,6 +4,7 @@
 // and stages the bytes on the outbound ring, one buffer per message; it
 // returns a Ready awaitable unless the connection's unsent output passed the
 // high mark, and then a Future resolved by the "drained" notice.
+#include <array>
 #include <cstring>
 #include <iterator>
 #include <optional>
@@ -322,20 +323,45 @@ PyObject* bridge::send_body(request_object* r, PyObject* message, const message_
     }
   }
   const std::size_t body_len = f.send_body ? size : 0;
+  // A large body of an exact bytes object (immutable, its buffer fixed) goes
+  // out from the object itself: its reference travels with the bytes and
+  // comes back to release_owners() once they are written. Smaller ones are
+  // cheaper copied into the piece that carries the head.
+  const bool borrow = body_len >= borrow_min_body && PyBytes_CheckExact(body);
+  const std::size_t total = scratch_.size() + body_len + tail.size();
   bool wait = false;
   try {
-    net::byte_buffer out = side_.take_buffer(scratch_.size() + body_len + tail.size());
-    char* at = out.data();
-    if (!scratch_.empty()) {
-      std::memcpy(at, scratch_.data(), scratch_.size());
-      at += scratch_.size();
-    }
-    if (body_len != 0) {
-      std::memcpy(at, data, body_len);
-      at += body_len;
-    }
-    if (!tail.empty()) {
-      std::memcpy(at, tail.data(), tail.size());
+    std::array<net::byte_buffer, 3> pieces;
+    std::size_t count = 0;
+    const auto copied = [this](std::string_view bytes) {
+      net::byte_buffer b = side_.take_buffer(bytes.size());
+      std::memcpy(b.data(), bytes.data(), bytes.size());
+      return b;
+    };
+    if (borrow) {
+      if (!scratch_.empty()) {
+        pieces[count++] = copied(scratch_);
+      }
+      pieces[count++] =
+          net::byte_buffer::borrow(data, body_len, Py_NewRef(body), side_.owner_sink());
+      if (!tail.empty()) {
+        pieces[count++] = copied(tail);
+      }
+    } else {
+      net::byte_buffer out = side_.take_buffer(total);
+      char* at = out.data();
+      if (!scratch_.empty()) {
+        std::memcpy(at, scratch_.data(), scratch_.size());
+        at += scratch_.size();
+      }
+      if (body_len != 0) {
+        std::memcpy(at, data, body_len);
+        at += body_len;
+      }
+      if (!tail.empty()) {
+        std::memcpy(at, tail.data(), tail.size());
+      }
+      pieces[count++] = std::move(out);
     }
     release();
     conn_state* cs = conn_of(r->conn);
@@ -344,15 +370,27 @@ PyObject* bridge::send_body(request_object* r, PyObject* message, const message_
     o.keep_alive = r->encoder->keep_alive();
     o.status = with_head ? static_cast<std::uint16_t>(r->status) : std::uint16_t{0};
     if (cs != nullptr) {
-      set_staged(*cs, cs->sent_since_notice + out.size());
+      set_staged(*cs, cs->sent_since_notice + total);
       if (over_staged(*cs, !more) && !cs->waiting_drain) {
         asked_drain(*cs);
         o.notify_drained = true;
       }
       wait = cs->waiting_drain && !ends;
     }
-    if (!out.empty() || o.end_of_response) {
-      side_.send(r->conn, r->seq, std::move(out), o);
+    if (total != 0 || o.end_of_response) {
+      // The response's end, and a drained notice, with the last piece; its
+      // status with the first (the one that carries the head).
+      for (std::size_t i = 0; i < count; ++i) {
+        runtime::send_options oi = o;
+        if (i != 0) {
+          oi.status = 0;
+        }
+        if (i + 1 != count) {
+          oi.end_of_response = false;
+          oi.notify_drained = false;
+        }
+        side_.send(r->conn, r->seq, std::move(pieces[i]), oi);
+      }
       if (ends) {
         side_.write_through();  // solo mode: the client has it while the task ends
       }

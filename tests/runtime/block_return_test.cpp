@@ -5,6 +5,8 @@
 // or lost).
 
 #include <cadeloop/runtime/block_return.hpp>
+#include <cadeloop/runtime/owner_return.hpp>
+#include <cadeloop/runtime/parker.hpp>
 
 #include <gtest/gtest.h>
 
@@ -86,6 +88,74 @@ TEST(block_return, OneProducerAndOneConsumerPassEveryBlockOnce) {
   consumer.join();
   EXPECT_EQ(taken.load() + refused, total);
   EXPECT_GT(taken.load(), 0);
+}
+
+// ------------------------------------------------ owner_return and borrowed buffers
+
+using cadeloop::net::byte_buffer;
+using cadeloop::runtime::owner_return;
+using cadeloop::runtime::parker;
+
+std::vector<void*> taken(owner_return& r) {
+  std::vector<void*> out;
+  r.take_all(out);
+  return out;
+}
+
+TEST(owner_return, ABorrowedBufferGivesItsOwnerBackOnceWhenDestroyed) {
+  parker p;
+  owner_return r{p};
+  static const char bytes[] = "0123456789";
+  int a = 0;
+  int b = 0;
+  {
+    byte_buffer x = byte_buffer::borrow(bytes, 10, &a, r.sink());
+    EXPECT_EQ(x.view(), "0123456789");
+    EXPECT_EQ(x.owner(), &a);
+    byte_buffer y = std::move(x);  // moves the owner: one give, by y
+    EXPECT_EQ(x.owner(), nullptr);
+    EXPECT_FALSE(r.waiting());
+    y = byte_buffer::borrow(bytes, 4, &b, r.sink());  // the overwritten one's owner goes back now
+    EXPECT_TRUE(r.waiting());
+    EXPECT_EQ(taken(r), std::vector<void*>{&a});
+    EXPECT_EQ(y.view(), "0123");
+  }
+  EXPECT_EQ(taken(r), std::vector<void*>{&b});
+  EXPECT_FALSE(r.waiting());
+}
+
+TEST(owner_return, ReleaseHandsTheOwnerOnWithoutGivingItBack) {
+  parker p;
+  owner_return r{p};
+  static const char bytes[] = "abc";
+  int a = 0;
+  byte_buffer x = byte_buffer::borrow(bytes, 3, &a, r.sink());
+  void* owner = x.owner();
+  EXPECT_EQ(x.release(), nullptr);  // nothing allocated to hand over
+  EXPECT_EQ(owner, &a);
+  EXPECT_TRUE(x.empty());
+  EXPECT_TRUE(taken(r).empty());
+}
+
+TEST(owner_return, OwnersGivenFromAnotherThreadAreAllTaken) {
+  parker p;
+  owner_return r{p};
+  static const char bytes[] = "x";
+  std::vector<int> owners(10000);
+  std::thread producer{[&] {
+    for (int& o : owners) {
+      byte_buffer b = byte_buffer::borrow(bytes, 1, &o, r.sink());
+    }
+  }};
+  std::vector<void*> got;
+  while (got.size() < owners.size()) {
+    r.take_all(got);
+  }
+  producer.join();
+  ASSERT_EQ(got.size(), owners.size());
+  for (std::size_t i = 0; i < owners.size(); ++i) {
+    EXPECT_EQ(got[i], &owners[i]);
+  }
 }
 
 }  // namespace

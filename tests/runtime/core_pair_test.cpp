@@ -786,3 +786,94 @@ TEST_F(core_pair_http, FileCommandsLeftInTheRingAreClosedWhenThePairEnds) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- borrowed response bytes
+
+namespace {
+
+// Bytes an app object owns (here: static), sent without a copy.
+char borrowed_body[200000];
+
+// Takes the owners given back so far on the app thread.
+std::vector<void*> owners_back(std::unique_ptr<fake_app>& app) {
+  std::promise<std::vector<void*>> got;
+  app->post([&](fake_app& a) {
+    std::vector<void*> v;
+    a.side().take_owners(v);
+    got.set_value(std::move(v));
+  });
+  return got.get_future().get();
+}
+
+}  // namespace
+
+TEST_F(core_pair_http, BorrowedBodyIsWrittenAndItsOwnerComesBackOnce) {
+  for (std::size_t i = 0; i < sizeof borrowed_body; ++i) {
+    borrowed_body[i] = static_cast<char>('a' + i % 26);
+  }
+  static int owner = 0;
+  start([](fake_app& a, inbound_message& m) {
+    if (m.kind != inbound_kind::request) {
+      return false;
+    }
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n";
+    a.side().send(m.conn, m.request, cadeloop::net::byte_buffer::copy_of(head));
+    cadeloop::runtime::send_options o;
+    o.end_of_response = true;
+    a.side().send(m.conn, m.request,
+                  cadeloop::net::byte_buffer::borrow(borrowed_body, sizeof borrowed_body, &owner,
+                                                     a.side().owner_sink()),
+                  o);
+    return true;
+  });
+  test_client c = client();
+  std::vector<void*> back;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.send(get_request("/big")));
+    const http_response r = c.read_response();
+    ASSERT_TRUE(r.ok);
+    EXPECT_EQ(r.body, std::string(borrowed_body, sizeof borrowed_body));
+    ASSERT_TRUE(eventually([&] {
+      for (void* p : owners_back(app)) {
+        back.push_back(p);
+      }
+      return back.size() == static_cast<std::size_t>(i + 1);
+    }));
+  }
+  EXPECT_EQ(back, std::vector<void*>(3, &owner));
+}
+
+TEST_F(core_pair_http, BorrowedBodyOfAResetClientComesBackToo) {
+  static int owner = 0;
+  start([](fake_app& a, inbound_message& m) {
+    if (m.kind != inbound_kind::request) {
+      return false;
+    }
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n";
+    a.side().send(m.conn, m.request, cadeloop::net::byte_buffer::copy_of(head));
+    cadeloop::runtime::send_options o;
+    o.end_of_response = true;
+    a.side().send(m.conn, m.request,
+                  cadeloop::net::byte_buffer::borrow(borrowed_body, sizeof borrowed_body, &owner,
+                                                     a.side().owner_sink()),
+                  o);
+    return true;
+  });
+  {
+    test_client c = client();
+    int small = 4096;
+    ::setsockopt(c.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    ASSERT_TRUE(c.send(get_request("/big")));
+    char some[512];
+    ASSERT_GT(::recv(c.fd(), some, sizeof some, 0), 0);
+    reset_close(c);
+  }
+  std::vector<void*> back;
+  ASSERT_TRUE(eventually([&] {
+    for (void* p : owners_back(app)) {
+      back.push_back(p);
+    }
+    return !back.empty();
+  }));
+  EXPECT_EQ(back, std::vector<void*>{&owner});
+}

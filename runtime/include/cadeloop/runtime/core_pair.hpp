@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cadeloop::runtime {
 
@@ -151,6 +152,16 @@ class app_side {
   }
   /// Blocks written out and given back, waiting for take_buffer. Any thread.
   [[nodiscard]] std::size_t blocks_returned() const noexcept { return ch_.blocks.size(); }
+  /// The sink to borrow response bytes with (net::byte_buffer::borrow): a
+  /// borrowed buffer given to send() carries its owner to the I/O thread,
+  /// and the owner comes back for take_owners() once the bytes are written
+  /// or dropped. Any thread.
+  [[nodiscard]] const net::owner_sink* owner_sink() const noexcept { return ch_.owners.sink(); }
+  /// Whether owners of borrowed bytes wait for take_owners (a hint). Any thread.
+  [[nodiscard]] bool owners_waiting() const noexcept { return ch_.owners.waiting(); }
+  /// Appends the owners given back so far to `out`, for the caller to
+  /// release. Throws std::bad_alloc. App thread.
+  void take_owners(std::vector<void*>& out) { ch_.owners.take_all(out); }
   /// Stages response bytes for `request` of `conn`. Throws std::bad_alloc
   /// before taking `bytes` (the caller keeps them then). App thread.
   void send(net::connection_id conn, std::uint32_t request, net::byte_buffer&& bytes,

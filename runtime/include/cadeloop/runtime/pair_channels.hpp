@@ -10,6 +10,7 @@
 #include <cadeloop/net/http_server.hpp>
 #include <cadeloop/net/listener.hpp>
 #include <cadeloop/runtime/block_return.hpp>
+#include <cadeloop/runtime/owner_return.hpp>
 #include <cadeloop/runtime/parker.hpp>
 #include <cadeloop/runtime/ring.hpp>
 #include <cadeloop/runtime/stats/stats_page.hpp>
@@ -93,7 +94,7 @@ struct outbound_command {
   bool end_of_response = false;
   bool keep_alive = true;
   bool notify_drained = false;
-  bool text = false;  ///< ws_send: a text message
+  bool text = false;    ///< ws_send: a text message
   bool pooled = false;  ///< send: `data` is a block of `blocks` (app_side::take_buffer)
   std::uint16_t status =
       0;  ///< send: the response's final status, with the send that carries its head
@@ -103,6 +104,9 @@ struct outbound_command {
   net::connection_id conn{};
   char* data = nullptr;
   std::uint64_t size = 0;  ///< send: byte count; consumed: bytes consumed
+  /// send: `data` is borrowed from this owner (net::byte_buffer::borrow), not
+  /// a `new char[]`; it goes back through pair_channels::owners.
+  void* owner = nullptr;
   http::request_head* head = nullptr;
 };
 
@@ -184,8 +188,10 @@ struct pair_channels {
   ordered_ring<outbound_command> outbound;  ///< producer: app thread; consumer: I/O thread
   /// Response blocks written out, back to the app thread (block_return.hpp).
   block_return blocks;
-  parker io_parker;                         ///< the I/O thread sleeps on it
-  parker app_parker;                        ///< the app thread sleeps on it
+  parker io_parker;   ///< the I/O thread sleeps on it
+  parker app_parker;  ///< the app thread sleeps on it
+  /// Owners of borrowed response bytes, back to the app thread (owner_return.hpp).
+  owner_return owners{app_parker};
   /// Counters: `io`/`io_loop` written by the I/O thread, `app` by the app thread.
   pair_stats_page& page;
   alignas(64) std::atomic<bool> stop_requested{false};  ///< control thread -> I/O thread
