@@ -794,6 +794,24 @@ namespace {
 // Bytes an app object owns (here: static), sent without a copy.
 char borrowed_body[200000];
 
+// Answers every request with a head and borrowed_body, borrowed with `owner`.
+std::function<bool(fake_app&, inbound_message&)> answer_borrowed(void* owner) {
+  return [owner](fake_app& a, inbound_message& m) {
+    if (m.kind != inbound_kind::request) {
+      return false;
+    }
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n";
+    a.side().send(m.conn, m.request, cadeloop::net::byte_buffer::copy_of(head));
+    cadeloop::runtime::send_options o;
+    o.end_of_response = true;
+    a.side().send(m.conn, m.request,
+                  cadeloop::net::byte_buffer::borrow(borrowed_body, sizeof borrowed_body, owner,
+                                                     a.side().owner_sink()),
+                  o);
+    return true;
+  };
+}
+
 // Takes the owners given back so far on the app thread.
 std::vector<void*> owners_back(std::unique_ptr<fake_app>& app) {
   std::promise<std::vector<void*>> got;
@@ -812,20 +830,7 @@ TEST_F(core_pair_http, BorrowedBodyIsWrittenAndItsOwnerComesBackOnce) {
     borrowed_body[i] = static_cast<char>('a' + i % 26);
   }
   static int owner = 0;
-  start([](fake_app& a, inbound_message& m) {
-    if (m.kind != inbound_kind::request) {
-      return false;
-    }
-    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n";
-    a.side().send(m.conn, m.request, cadeloop::net::byte_buffer::copy_of(head));
-    cadeloop::runtime::send_options o;
-    o.end_of_response = true;
-    a.side().send(m.conn, m.request,
-                  cadeloop::net::byte_buffer::borrow(borrowed_body, sizeof borrowed_body, &owner,
-                                                     a.side().owner_sink()),
-                  o);
-    return true;
-  });
+  start(answer_borrowed(&owner));
   test_client c = client();
   std::vector<void*> back;
   for (int i = 0; i < 3; ++i) {
@@ -845,20 +850,7 @@ TEST_F(core_pair_http, BorrowedBodyIsWrittenAndItsOwnerComesBackOnce) {
 
 TEST_F(core_pair_http, BorrowedBodyOfAResetClientComesBackToo) {
   static int owner = 0;
-  start([](fake_app& a, inbound_message& m) {
-    if (m.kind != inbound_kind::request) {
-      return false;
-    }
-    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n";
-    a.side().send(m.conn, m.request, cadeloop::net::byte_buffer::copy_of(head));
-    cadeloop::runtime::send_options o;
-    o.end_of_response = true;
-    a.side().send(m.conn, m.request,
-                  cadeloop::net::byte_buffer::borrow(borrowed_body, sizeof borrowed_body, &owner,
-                                                     a.side().owner_sink()),
-                  o);
-    return true;
-  });
+  start(answer_borrowed(&owner));
   {
     test_client c = client();
     int small = 4096;

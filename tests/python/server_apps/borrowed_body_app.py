@@ -39,14 +39,6 @@ async def start(send, length=None):
 
 
 async def app(scope, receive, send):
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
     if scope["type"] != "http":
         return
     path = scope["path"]
