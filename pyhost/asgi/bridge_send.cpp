@@ -1,14 +1,18 @@
 // The send side of the ASGI bridge: a request's send(), which checks each
 // http.response.start / http.response.body message, encodes the head (once
 // the first body part tells whether the length is known), frames the body
-// and stages the bytes on the outbound ring, one buffer per message; it
-// returns a Ready awaitable unless the connection's unsent output passed the
-// high mark, and then a Future resolved by the "drained" notice.
+// and stages the bytes on the outbound ring, one buffer per message (a
+// `bytes` body of borrow_min_body or more goes as its own piece, borrowed
+// from the app's object, between the head's and the tail's); it returns a
+// Ready awaitable unless the connection's unsent output passed the high
+// mark, and then a Future resolved by the "drained" notice.
 #include <array>
 #include <cstring>
+#include <initializer_list>
 #include <iterator>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "asgi/request_type.hpp"
@@ -331,37 +335,35 @@ PyObject* bridge::send_body(request_object* r, PyObject* message, const message_
   const std::size_t total = scratch_.size() + body_len + tail.size();
   bool wait = false;
   try {
-    std::array<net::byte_buffer, 3> pieces;
-    std::size_t count = 0;
-    const auto copied = [this](std::string_view bytes) {
-      net::byte_buffer b = side_.take_buffer(bytes.size());
-      std::memcpy(b.data(), bytes.data(), bytes.size());
+    // One buffer holding `parts` one after another.
+    const auto joined = [this](std::initializer_list<std::string_view> parts) {
+      std::size_t n = 0;
+      for (const std::string_view p : parts) {
+        n += p.size();
+      }
+      net::byte_buffer b = side_.take_buffer(n);
+      char* at = b.data();
+      for (const std::string_view p : parts) {
+        if (!p.empty()) {
+          std::memcpy(at, p.data(), p.size());
+          at += p.size();
+        }
+      }
       return b;
     };
+    std::array<net::byte_buffer, 3> pieces;
+    std::size_t count = 0;
     if (borrow) {
       if (!scratch_.empty()) {
-        pieces[count++] = copied(scratch_);
+        pieces[count++] = joined({scratch_});
       }
       pieces[count++] =
           net::byte_buffer::borrow(data, body_len, Py_NewRef(body), side_.owner_sink());
       if (!tail.empty()) {
-        pieces[count++] = copied(tail);
+        pieces[count++] = joined({tail});
       }
     } else {
-      net::byte_buffer out = side_.take_buffer(total);
-      char* at = out.data();
-      if (!scratch_.empty()) {
-        std::memcpy(at, scratch_.data(), scratch_.size());
-        at += scratch_.size();
-      }
-      if (body_len != 0) {
-        std::memcpy(at, data, body_len);
-        at += body_len;
-      }
-      if (!tail.empty()) {
-        std::memcpy(at, tail.data(), tail.size());
-      }
-      pieces[count++] = std::move(out);
+      pieces[count++] = joined({scratch_, std::string_view{data, body_len}, tail});
     }
     release();
     conn_state* cs = conn_of(r->conn);

@@ -5,8 +5,8 @@ bytes and comes back to the app thread, which releases it once they are written,
 connection. What a client and the app see:
 
 - every such body arrives whole and unchanged, on its own, pipelined and as chunked `more_body` parts;
-- a mutable body (`bytearray`), a `bytes` subclass and a `memoryview` are still copied: a bytearray the app
-  changes right after `send()` returns arrives as it was sent;
+- a mutable body (`bytearray`) is still copied: one the app changes right after `send()` returns arrives as
+  it was sent (red when bytearrays are borrowed too); a `bytes` subclass and a `memoryview` arrive whole;
 - the app gets its objects back: after many responses, and after clients that reset mid-response, the body's
   reference count is what it was before them.
 """
