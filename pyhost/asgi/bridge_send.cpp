@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -351,43 +352,33 @@ PyObject* bridge::send_body(request_object* r, PyObject* message, const message_
       }
       return b;
     };
-    std::array<net::byte_buffer, 3> pieces;
-    std::size_t count = 0;
-    if (borrow) {
-      if (!scratch_.empty()) {
-        pieces[count++] = joined({scratch_});
+    // Stages `pieces` (in order) for the connection: its status with the
+    // first (the one that carries the head); the response's end, and a
+    // drained notice, with the last.
+    const auto post = [&](std::span<net::byte_buffer> pieces) {
+      release();
+      conn_state* cs = conn_of(r->conn);
+      runtime::send_options o;
+      o.end_of_response = ends;
+      o.keep_alive = r->encoder->keep_alive();
+      o.status = with_head ? static_cast<std::uint16_t>(r->status) : std::uint16_t{0};
+      if (cs != nullptr) {
+        set_staged(*cs, cs->sent_since_notice + total);
+        if (over_staged(*cs, !more) && !cs->waiting_drain) {
+          asked_drain(*cs);
+          o.notify_drained = true;
+        }
+        wait = cs->waiting_drain && !ends;
       }
-      pieces[count++] =
-          net::byte_buffer::borrow(data, body_len, Py_NewRef(body), side_.owner_sink());
-      if (!tail.empty()) {
-        pieces[count++] = joined({tail});
+      if (total == 0 && !o.end_of_response) {
+        return;
       }
-    } else {
-      pieces[count++] = joined({scratch_, std::string_view{data, body_len}, tail});
-    }
-    release();
-    conn_state* cs = conn_of(r->conn);
-    runtime::send_options o;
-    o.end_of_response = ends;
-    o.keep_alive = r->encoder->keep_alive();
-    o.status = with_head ? static_cast<std::uint16_t>(r->status) : std::uint16_t{0};
-    if (cs != nullptr) {
-      set_staged(*cs, cs->sent_since_notice + total);
-      if (over_staged(*cs, !more) && !cs->waiting_drain) {
-        asked_drain(*cs);
-        o.notify_drained = true;
-      }
-      wait = cs->waiting_drain && !ends;
-    }
-    if (total != 0 || o.end_of_response) {
-      // The response's end, and a drained notice, with the last piece; its
-      // status with the first (the one that carries the head).
-      for (std::size_t i = 0; i < count; ++i) {
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
         runtime::send_options oi = o;
         if (i != 0) {
           oi.status = 0;
         }
-        if (i + 1 != count) {
+        if (i + 1 != pieces.size()) {
           oi.end_of_response = false;
           oi.notify_drained = false;
         }
@@ -396,6 +387,23 @@ PyObject* bridge::send_body(request_object* r, PyObject* message, const message_
       if (ends) {
         side_.write_through();  // solo mode: the client has it while the task ends
       }
+    };
+    if (borrow) {
+      std::array<net::byte_buffer, 3> pieces;
+      std::size_t count = 0;
+      if (!scratch_.empty()) {
+        pieces[count++] = joined({scratch_});
+      }
+      pieces[count++] =
+          net::byte_buffer::borrow(data, body_len, Py_NewRef(body), side_.owner_sink());
+      if (!tail.empty()) {
+        pieces[count++] = joined({tail});
+      }
+      post({pieces.data(), count});
+    } else {
+      // The common case: head, body and tail in one piece.
+      net::byte_buffer piece = joined({scratch_, std::string_view{data, body_len}, tail});
+      post({&piece, 1});
     }
   } catch (const std::bad_alloc&) {
     release();
