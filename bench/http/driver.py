@@ -52,6 +52,9 @@ from common import (PEERS, RESULTS, ROOT, TOOLS, cpu_seconds, machine, pinned, s
                     steal_seconds, tree_pids, wait_port)
 import common  # noqa: E402
 # cadeloop writes its core pair's counters here on SIGUSR1 (and at exit).
+# --client-poll: the load generator never sleeps in epoll (loadgen --poll), so waking it costs the server
+# nothing (on this VM a wake-up of an idle CPU is an interrupt, a VM exit, charged to the sender's CPU).
+CLIENT_POLL = False
 STATS_FILE = Path("/tmp") / f"cadeloop-bench-stats-{os.getpid()}.json"
 # The access log of "cadeloop-log": a real file (in the page cache), appended to.
 ACCESS_LOG = Path("/tmp") / f"cadeloop-bench-access-{os.getpid()}.log"
@@ -255,6 +258,8 @@ def run_load(port: int, w: Workload, duration: float, load_cpu: int, rate: float
     if rate:
         # one second at the rate first, not recorded: the measured tail is the steady state's
         argv += ["--rate", f"{rate:.0f}", "--warmup", "1"]
+    if CLIENT_POLL:
+        argv.append("--poll")
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
     try:
         figures = json.loads(proc.stdout)
@@ -276,6 +281,38 @@ def pair_stats(server: Server, pid: int) -> dict:
         except (OSError, ValueError):
             time.sleep(0.02)
     return {}
+
+
+def bucket_lower_us(i: int) -> int:
+    """The smallest duration (µs) in bucket `i` of cadeloop's latency histogram (net::latency_buckets:
+    8 buckets of 1 µs, then 8 per power of two)."""
+    if i < 8:
+        return i
+    return (8 + (i - 8) % 8) << ((i - 8) // 8)
+
+
+def server_latency(before: dict, after: dict) -> dict:
+    """cadeloop's own latency percentiles over a run (the pair's histogram: from the head handed to the app to
+    the response queued whole), from the bucket counts before and after it; {} without them. Each is the
+    upper bound of its bucket (at most 12.5 % above the true value), so a tail the load generator sees and
+    the server does not is time outside the server's handling: in the kernel's queues, on a CPU the server did
+    not have, or in the load generator."""
+    a, b = after.get("latency_buckets"), before.get("latency_buckets")
+    if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b):
+        return {}
+    counts = [x - y for x, y in zip(a, b)]
+    total = sum(counts)
+    if total <= 0:
+        return {}
+    out = {}
+    for name, q in (("server_p50_us", 0.50), ("server_p99_us", 0.99)):
+        seen = 0
+        for i, c in enumerate(counts):
+            seen += c
+            if seen >= q * total:
+                out[name] = float(bucket_lower_us(i + 1) if i + 1 < len(counts) else bucket_lower_us(i))
+                break
+    return out
 
 
 def start_server(server: Server, port: int, args: argparse.Namespace,
@@ -325,6 +362,7 @@ def one_run(server: Server, proc: subprocess.Popen, port: int, w: Workload, args
                   "wakeups_to_app_per_request": d.get("wakeups_to_app", 0) / reqs,
                   "wakeups_to_io_per_request": d.get("wakeups_to_io", 0) / reqs,
                   "eager_completed_share": d.get("eager_completed", 0) / reqs}
+        extra |= server_latency(stats_before, stats_after)
     r = Result(server.name, w.name, rps=figures.get("rps", 0.0), requests=figures.get("requests", 0),
                p50_us=figures.get("p50_us", float("nan")), p99_us=figures.get("p99_us", float("nan")),
                cpu_s=after - before, errors=errors, extra=extra,
@@ -538,6 +576,8 @@ def write_report(results: list[Result], args: argparse.Namespace, command: str, 
             rate = f" (offered {r.extra['rate']:.0f}/s)" if r.extra.get("rate") else ""
             if r.extra.get("rate") and "send_late_p99_us" in r.extra:
                 rate += f" (sent late p99 {r.extra['send_late_p99_us']:.0f} µs)"
+            if r.extra.get("rate") and "server_p99_us" in r.extra:
+                rate += f" (server-side p99 {r.extra['server_p99_us']:.0f} µs)"
             lines.append(f"| {w} | {r.server}{rate} | {r.rps:.0f} | {r.cpu_us_per_request:.1f} | {fmt_us(r.p50_us)} | "
                          f"{fmt_us(r.p99_us)} | {fmt_us(r.extra.get('p999_us', float('nan')))} | {wake} | {steal} | "
                          f"{r.errors} |")
@@ -649,7 +689,13 @@ def main() -> int:
                    help="the open loop at this many requests per second for every server, instead of 80 %% of "
                    "each one's own capacity: latency compared at one offered load (a server slower than the rate "
                    "is overloaded)")
+    p.add_argument("--client-poll", action="store_true",
+                   help="the load generator polls instead of sleeping in epoll (loadgen --poll): no server pays "
+                   "for waking it (a VM exit per wake-up of its idle CPU here), so CPU per request is the "
+                   "server's own work; the default sleeps, as wrk does")
     args = p.parse_args()
+    global CLIENT_POLL
+    CLIENT_POLL = args.client_poll
     if args.openloop_rate < 0:
         p.error(f"--openloop-rate must be a rate in requests per second, got {args.openloop_rate:g}")
     if args.openloop_rate:

@@ -22,6 +22,11 @@
 // server's). --warmup S runs the open loop for S seconds before the measured --duration
 // and records nothing from it.
 //
+// --poll: never sleep in epoll, in either loop. A client that sleeps while it waits for
+// answers makes the server wake it: on this VM a wake-up of an idle CPU is an interrupt
+// sent from the server's CPU (a VM exit), charged to the server's CPU time, and only to a
+// server slower than this client. With --poll no server pays it.
+//
 // Prints one JSON object on stdout. --timeline FILE also writes, per 10 ms of the
 // run (by completion time), the responses completed and their largest latency
 // (CSV: ms,responses,max_us), to see whether a tail is steady or a few stalls.
@@ -124,6 +129,7 @@ struct Options {
   long long expect_length = -1;
   std::uint64_t max_requests = 0;  // stop after this many responses (0: run for --duration)
   std::string timeline;            // CSV of 10 ms slots, "" for none
+  bool poll = false;               // never sleep in epoll: the client's CPU never idles (--poll)
 };
 
 struct Errors {
@@ -218,6 +224,8 @@ class Generator {
         if (due != UINT64_MAX)
           wait_ns = std::min(wait_ns, due > t + spin_ns ? due - t - spin_ns : 0);
       }
+      if (o_.poll)
+        wait_ns = 0;
       timespec timeout{};
       timeout.tv_sec = static_cast<time_t>(wait_ns / 1000000000ULL);
       timeout.tv_nsec = static_cast<long>(wait_ns % 1000000000ULL);
@@ -677,6 +685,8 @@ int main(int argc, char** argv) {
       o.expect_length = std::atoll(value());
     else if (a == "--timeline")
       o.timeline = value();
+    else if (a == "--poll")
+      o.poll = true;
     else if (a == "--requests")
       o.max_requests = static_cast<std::uint64_t>(std::atoll(value()));
     else
